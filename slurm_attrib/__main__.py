@@ -1,0 +1,3 @@
+from slurm_attrib.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Reading evidence: the logs layout and capture bundles, file kinds, timestamps, line origins."""

@@ -1,0 +1,106 @@
+"""The diagnosis: pydantic models whose JSON is the `sattrib analyze` contract (plus optional fields)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "1.0"
+
+Domain = Literal["gpu", "network", "host", "storage", "application", "scheduler", "none", "unknown"]
+Quality = Literal["confirmed", "likely", "ambiguous", "insufficient"]
+Role = Literal["cause", "symptom", "context"]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EvidenceLine(Model):
+    node: str | None = Field(description="Node the line belongs to, when known")
+    source: str = Field(description="File path relative to the analysed PATH")
+    line: int = Field(description="1-based line number in that file")
+    time: str | None = Field(description="ISO 8601 UTC time of the line, when known")
+    text: str
+    role: Role
+    rule: str | None = Field(default=None, description="Id of the rule that matched the line")
+
+
+class Drain(Model):
+    node: str
+    reason: str = Field(description="Reason string for scontrol, starting with 'sattrib:'")
+
+
+class Gpu(Model):
+    node: str | None
+    pci_bus_id: str = Field(description="domain:bus:device, lower case, as in the Xid line")
+    xid: int | None = None
+
+
+class Cause(Model):
+    domain: Domain
+    category: str
+    nodes: list[str]
+    gpus: list[Gpu] = []
+    time: str | None = None
+    rule: str
+    title: str
+    trusted: bool = Field(description="Established by sources the job's user cannot write")
+    detail: str = ""
+
+
+class SymptomGroup(Model):
+    type: str
+    rule: str
+    count: int
+    nodes: list[str]
+    ranks: list[int]
+    first: str | None
+    last: str | None
+    explained_by: str | None = Field(description="Rule id of the cause that explains the group")
+
+
+class Action(Model):
+    who: Literal["admin", "user"]
+    text: str
+
+
+class CoverageItem(Model):
+    node: str | None
+    source: str
+    kind: str | None
+    status: str
+    detail: str = ""
+
+
+class Outcome(Model):
+    state: str | None = Field(description="Slurm job state when known")
+    exit_code: str | None = None
+    job_id: str | None = None
+    start: str | None = None
+    end: str | None = None
+    nodes: list[str] = []
+
+
+class Diagnosis(Model):
+    # The contract's fields
+    domain: Domain
+    category: str
+    culprit_nodes: list[str]
+    quality: Quality
+    drain: list[Drain]
+    evidence: list[EvidenceLine]
+    summary: str
+    # Optional extensions
+    schema_version: str = SCHEMA_VERSION
+    outcome: Outcome
+    cause: Cause | None = None
+    alternatives: list[Cause] = []
+    systemic: bool = False
+    gpus: list[Gpu] = []
+    symptoms: list[SymptomGroup] = []
+    actions: list[Action] = []
+    coverage: list[CoverageItem] = []
+    rules_fired: list[str] = []
+    notes: list[str] = []

@@ -1,0 +1,71 @@
+"""Load rule files, reporting every problem with its file, rule id and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from slurm_attrib.errors import RuleError
+from slurm_attrib.paths import bundled_dir
+from slurm_attrib.ruleset.spec import Rule
+
+
+def rule_files(rule_dirs: list[Path]) -> list[Path]:
+    """YAML files that hold rules; files starting with '_' hold shared data, not rules."""
+    files: list[Path] = []
+    for folder in rule_dirs:
+        files.extend(p for p in sorted(folder.glob("*.yaml")) if not p.name.startswith("_"))
+    return files
+
+
+def load_rules(extra_dirs: list[Path] | None = None) -> list[Rule]:
+    """The bundled pack plus site folders; a site rule with a bundled id replaces it."""
+    folders = [bundled_dir("rules"), *(extra_dirs or [])]
+    problems: list[str] = []
+    by_id: dict[str, Rule] = {}
+    for path in rule_files(folders):
+        seen_in_file: set[str] = set()
+        for line, document in _documents(path, problems):
+            rule = _parse_rule(path, line, document, problems)
+            if rule is None:
+                continue
+            if rule.id in seen_in_file:
+                problems.append(f"{path}:{line}: rule {rule.id}: duplicate id in the same file")
+            seen_in_file.add(rule.id)
+            by_id[rule.id] = rule
+    if problems:
+        raise RuleError("\n".join(problems))
+    return [by_id[rule_id] for rule_id in sorted(by_id)]
+
+
+def _documents(path: Path, problems: list[str]) -> list[tuple[int, dict]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        documents = list(yaml.safe_load_all(text))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        problems.append(f"{path}: cannot read rule file: {str(exc).splitlines()[0]}")
+        return []
+    result = []
+    for node, document in zip(nodes, documents):
+        if document is None:
+            continue
+        line = node.start_mark.line + 1
+        if not isinstance(document, dict):
+            problems.append(f"{path}:{line}: a rule must be a mapping")
+            continue
+        result.append((line, document))
+    return result
+
+
+def _parse_rule(path: Path, line: int, document: dict, problems: list[str]) -> Rule | None:
+    rule_id = document.get("id", "?")
+    try:
+        return Rule.model_validate(document)
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            where = ".".join(str(part) for part in error["loc"]) or "rule"
+            problems.append(f"{path}:{line}: rule {rule_id}: {where}: {error['msg']}")
+        return None

@@ -1,0 +1,224 @@
+"""Scan raw log bytes with the rule pack.
+
+The rules' literal `contains` strings are searched over the whole buffer at once (Hyperscan when
+installed, else one alternation in Python's `re`; both find the same lines).  Only the lines that
+hold a literal are decoded and checked with the rules' regexes, so throughput is that of the
+literal search.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_attrib.ruleset.hooks import HOOKS
+from slurm_attrib.ruleset.spec import Rule
+
+try:  # optional accelerator, same results
+    import hyperscan
+except ImportError:  # pragma: no cover - exercised when hyperscan is absent
+    hyperscan = None
+
+MAX_LINE_CHARS = 8192  # longer lines are cut for matching and evidence (a 50 MB line stays cheap)
+
+
+@dataclass(slots=True)
+class Hit:
+    """One rule matched at one line of one file."""
+
+    rule: Rule
+    lineno: int
+    text: str
+    fields: dict[str, Any]
+    domain: str
+    category: str | None
+    role: str
+    severity: str
+    strength: int
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+class Scanner:
+    def __init__(self, rules: list[Rule], accelerate: bool = True):
+        self.rules = rules
+        self._compiled = {r.id: _compile_rule(r) for r in rules}
+        literals = sorted({lit for r in rules for lit in r.match.contains})
+        self._literals = literals
+        self._rules_by_literal: dict[str, list[Rule]] = {lit: [] for lit in literals}
+        for rule in rules:
+            for literal in rule.match.contains:
+                self._rules_by_literal[literal].append(rule)
+        self._caseless = {lit for r in rules if r.match.ignore_case for lit in r.match.contains}
+        self._hs_db = _hyperscan_db(literals, self._caseless) if accelerate and hyperscan else None
+        alternation = b"|".join(
+            (b"(?i:" + re.escape(lit.encode()) + b")") if lit in self._caseless else re.escape(lit.encode())
+            for lit in literals
+        )
+        self._literal_re = re.compile(alternation) if literals else None
+
+    @property
+    def accelerated(self) -> bool:
+        return self._hs_db is not None
+
+    def candidate_line_starts(self, data: bytes) -> list[int]:
+        """Byte offsets of the starts of lines that hold at least one literal, ascending."""
+        if not self._literals:
+            return []
+        ends: list[int] = []
+        if self._hs_db is not None:
+            def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: Any) -> None:
+                ends.append(end)
+
+            self._hs_db.scan(data, match_event_handler=on_match)
+            ends.sort()
+        else:
+            ends = [m.end() for m in self._literal_re.finditer(data)]
+        starts: list[int] = []
+        last_end = -1
+        for end in ends:
+            if end <= last_end:
+                continue
+            start = data.rfind(b"\n", 0, max(end - 1, 0)) + 1
+            line_end = data.find(b"\n", end)
+            last_end = len(data) if line_end < 0 else line_end
+            starts.append(start)
+        return starts
+
+    def scan(self, data: bytes, kind: str) -> list[Hit]:
+        hits: list[Hit] = []
+        lineno, position = 1, 0
+        for start in self.candidate_line_starts(data):
+            lineno += data.count(b"\n", position, start)
+            position = start
+            hits.extend(self.match_at(data, start, lineno, kind))
+        return hits
+
+    def match_at(self, data: bytes, start: int, lineno: int, kind: str) -> list[Hit]:
+        line = _decode(data, start)
+        hits = []
+        for rule in self._rules_for(line):
+            if kind not in rule.sources:
+                continue
+            text = line
+            if rule.match.following:
+                text = "\n".join([line, *_following_lines(data, start, rule.match.following)])
+            hit = self._match_rule(rule, text, lineno)
+            if hit is not None:
+                hits.append(hit)
+        return hits
+
+    def match_text(self, text: str, kind: str) -> list[Hit]:
+        """Scan a small text (rule examples); same path as files."""
+        return self.scan(text.encode("utf-8"), kind)
+
+    def _rules_for(self, line: str) -> list[Rule]:
+        lowered = None
+        chosen: dict[str, Rule] = {}
+        for literal, rules in self._rules_by_literal.items():
+            if literal in self._caseless:
+                lowered = lowered if lowered is not None else line.lower()
+                present = literal.lower() in lowered
+            else:
+                present = literal in line
+            if present:
+                for rule in rules:
+                    chosen[rule.id] = rule
+        return [chosen[k] for k in sorted(chosen)]
+
+    def _match_rule(self, rule: Rule, text: str, lineno: int) -> Hit | None:
+        regex, unless = self._compiled[rule.id]
+        found = regex.search(text)
+        if found is None or any(u.search(text) for u in unless):
+            return None
+        fields = _cast_fields(rule, found.groupdict())
+        if fields is None:
+            return None
+        event = rule.event
+        hit = Hit(
+            rule=rule,
+            lineno=lineno,
+            text=text.split("\n", 1)[0] if not rule.match.following else text,
+            fields=fields,
+            domain=event.domain,
+            category=event.category,
+            role=event.role,
+            severity=event.severity,
+            strength=event.strength,
+        )
+        if event.hook:
+            hit = HOOKS[event.hook](hit)
+        return hit
+
+
+def _compile_rule(rule: Rule) -> tuple[re.Pattern, list[re.Pattern]]:
+    flags = re.IGNORECASE if rule.match.ignore_case else 0
+    return re.compile(rule.match.regex, flags), [re.compile(u, flags) for u in rule.match.unless]
+
+
+def _hyperscan_db(literals: list[str], caseless: set[str]):
+    if not literals:
+        return None
+    database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    expressions = [re.escape(lit).encode() for lit in literals]
+    flags = [
+        hyperscan.HS_FLAG_SINGLEMATCH * 0 | (hyperscan.HS_FLAG_CASELESS if lit in caseless else 0)
+        for lit in literals
+    ]
+    database.compile(expressions=expressions, ids=list(range(len(literals))), elements=len(literals), flags=flags)
+    return database
+
+
+def _decode(data: bytes, start: int) -> str:
+    end = data.find(b"\n", start)
+    if end < 0:
+        end = len(data)
+    raw = data[start : min(end, start + MAX_LINE_CHARS * 4)]
+    text = raw.decode("utf-8", errors="replace").replace("\x00", "").rstrip("\r")
+    return text[:MAX_LINE_CHARS]
+
+
+def _following_lines(data: bytes, start: int, count: int) -> list[str]:
+    lines = []
+    position = data.find(b"\n", start)
+    while position >= 0 and len(lines) < count:
+        lines.append(_decode(data, position + 1))
+        position = data.find(b"\n", position + 1)
+    return lines
+
+
+def _cast_fields(rule: Rule, groups: dict[str, str | None]) -> dict[str, Any] | None:
+    fields: dict[str, Any] = {}
+    for name, value in groups.items():
+        if value is None:
+            continue
+        cast = rule.fields.get(name, "str")
+        try:
+            fields[name] = CASTS[cast](value)
+        except ValueError:
+            return None
+    return fields
+
+
+def normalise_pci(value: str) -> str:
+    """'PCI:0000:3B:00', '00000000:3B:00.0', '3b:00.0' -> '0000:3b:00' (domain:bus:device)."""
+    text = value.strip().lower()
+    if text.startswith("pci:"):
+        text = text[4:]
+    text = text.split(".", 1)[0]
+    parts = text.split(":")
+    if len(parts) == 2:
+        parts = ["0000", *parts]
+    if len(parts) != 3:
+        raise ValueError(value)
+    domain, bus, device = parts
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
+
+
+CASTS = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "lower": str.lower,
+    "pci": normalise_pci,
+}

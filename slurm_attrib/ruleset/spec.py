@@ -1,0 +1,144 @@
+"""The YAML rule format, as pydantic models.
+
+One rule turns one log line (or a short block starting at that line) into an event:
+
+    id: gpu.xid                       # dotted, immutable
+    title: NVIDIA Xid error
+    description: ...
+    sources: [kernel, syslog, app]    # file kinds it applies to (default: all)
+    match:
+      contains: ['NVRM: Xid']         # literal pre-filter: the line holds at least one
+      regex: 'NVRM: Xid \\((?:PCI:)?(?P<pci>...)\\): (?P<xid>\\d+)'
+      unless: ['regex', ...]          # near misses that must not match
+      following: 0                    # lines after the matched one the regex may also read
+    fields: {xid: int, pci: pci}      # casts for named groups (int, float, str, lower, pci)
+    event:
+      type: gpu_xid
+      domain: gpu
+      category: gpu_hardware_other
+      role: cause                     # cause | symptom | context | marker
+      severity: critical
+      strength: 3                     # 1 generic .. 3 specific, for ranking causes
+      hook: xid                       # optional Python refinement (ruleset/hooks.py)
+    references: [https://...]
+    examples:
+      match: [{line: '...', fields: {...}}]
+      no_match: ['...']
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, DOMAIN_OF_CATEGORY, SOURCE_KINDS
+
+FieldCast = Literal["int", "float", "str", "lower", "pci"]
+RULE_ID = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Match(StrictModel):
+    contains: list[str] = Field(min_length=1)
+    regex: str
+    unless: list[str] = []
+    following: int = Field(default=0, ge=0, le=40)
+    ignore_case: bool = False
+
+    @field_validator("contains")
+    @classmethod
+    def _literals_not_empty(cls, value: list[str]) -> list[str]:
+        if any(len(literal) < 3 for literal in value):
+            raise ValueError("each 'contains' literal needs at least 3 characters")
+        return value
+
+    @field_validator("regex")
+    @classmethod
+    def _regex_compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"regex does not compile: {exc}") from None
+        return value
+
+    @field_validator("unless")
+    @classmethod
+    def _unless_compiles(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"unless regex {pattern!r} does not compile: {exc}") from None
+        return value
+
+
+class EventSpec(StrictModel):
+    type: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    domain: str
+    category: str | None = None
+    role: Literal["cause", "symptom", "context", "marker"]
+    severity: Literal["info", "warning", "error", "critical"] = "error"
+    strength: int = Field(default=2, ge=1, le=3)
+    hook: str | None = None
+
+    @model_validator(mode="after")
+    def _category_fits_domain(self) -> "EventSpec":
+        if self.domain not in CATEGORIES_BY_DOMAIN:
+            raise ValueError(f"domain {self.domain!r} is not one of {', '.join(CATEGORIES_BY_DOMAIN)}")
+        if self.category is not None and DOMAIN_OF_CATEGORY.get(self.category) != self.domain:
+            raise ValueError(f"category {self.category!r} does not belong to domain {self.domain!r}")
+        if self.role == "cause" and self.category is None:
+            raise ValueError("a cause needs a category")
+        return self
+
+
+class MatchExample(StrictModel):
+    line: str
+    fields: dict[str, Any] = {}
+    kind: str | None = None
+
+
+class Examples(StrictModel):
+    match: list[MatchExample] = Field(min_length=1)
+    no_match: list[str] = Field(min_length=1)
+
+
+class Rule(StrictModel):
+    id: str
+    title: str = Field(max_length=100)
+    description: str = ""
+    sources: list[str] = list(SOURCE_KINDS)
+    match: Match
+    fields: dict[str, FieldCast] = {}
+    event: EventSpec
+    references: list[str] = Field(min_length=1)
+    examples: Examples
+    status: Literal["stable", "test", "experimental"] = "stable"
+
+    @field_validator("id")
+    @classmethod
+    def _id_shape(cls, value: str) -> str:
+        if not RULE_ID.match(value):
+            raise ValueError("id must be dotted lowercase words, e.g. 'gpu.xid'")
+        return value
+
+    @field_validator("sources")
+    @classmethod
+    def _known_sources(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(SOURCE_KINDS))
+        if unknown:
+            raise ValueError(f"unknown source kind(s) {unknown}; known: {', '.join(SOURCE_KINDS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _fields_are_groups(self) -> "Rule":
+        groups = set(re.compile(self.match.regex).groupindex)
+        missing = sorted(set(self.fields) - groups)
+        if missing:
+            raise ValueError(f"fields {missing} are not named groups of match.regex")
+        return self

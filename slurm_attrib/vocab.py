@@ -1,0 +1,55 @@
+"""Closed vocabularies shared by rules, the engine and the diagnosis (see the analyze contract)."""
+
+CATEGORIES_BY_DOMAIN: dict[str, tuple[str, ...]] = {
+    "gpu": (
+        "gpu_fell_off_bus",
+        "gpu_uncorrectable_ecc",
+        "gpu_row_remap_failure",
+        "gpu_nvlink",
+        "gpu_firmware",
+        "gpu_hardware_other",
+    ),
+    "network": ("link_down", "transport_error", "fabric_other"),
+    "host": ("node_failure", "pcie_error", "kernel_fault", "host_hardware_other"),
+    "storage": ("filesystem_error",),
+    "application": (
+        "app_exception",
+        "cuda_error",
+        "gpu_oom",
+        "host_oom",
+        "nccl_usage",
+        "app_killed_signal",
+    ),
+    "scheduler": ("time_limit", "cancelled", "preempted"),
+    "none": ("success",),
+    "unknown": ("hang_unattributed", "no_evidence"),
+}
+
+DOMAINS = tuple(CATEGORIES_BY_DOMAIN)
+DOMAIN_OF_CATEGORY = {c: d for d, cats in CATEGORIES_BY_DOMAIN.items() for c in cats}
+
+# Domains whose culprit may be drained (contract: gpu, network and host only).
+DRAINABLE_DOMAINS = ("gpu", "network", "host")
+
+QUALITIES = ("confirmed", "likely", "ambiguous", "insufficient")
+
+# What an event means for attribution:
+#   cause    - can start a failure (an Xid 79, a link down, an exception raised first)
+#   symptom  - follows from a failure elsewhere (NCCL timeouts, SIGTERM to peers, Xid 45)
+#   context  - worth showing, never a cause (corrected PCIe errors, events outside the job)
+#   marker   - feeds the engine's maps and lifecycle (NCCL init lines, torchrun rank tables)
+ROLES = ("cause", "symptom", "context", "marker")
+
+SEVERITIES = ("info", "warning", "error", "critical")
+
+# Kinds of source file, recognised from content.  Trusted kinds are written by the kernel,
+# system daemons or Slurm, never by the job's user.
+#   kernel      kernel ring buffer (dmesg, journalctl -k, kern.log)
+#   syslog      syslog / journal of system daemons (may carry kernel lines too)
+#   app         the job's own output: application, PyTorch, NCCL, srun and slurmstepd lines
+#   nvidia_smi  nvidia-smi output
+#   sysfs       counters and states read from /sys
+#   job         the job record (job.json, Slurm's own accounting)
+SOURCE_KINDS = ("kernel", "syslog", "app", "nvidia_smi", "sysfs", "job")
+# Sources the job's user cannot write: only these may establish a hardware culprit or a drain.
+TRUSTED_KINDS = frozenset({"kernel", "syslog", "nvidia_smi", "sysfs", "job"})
