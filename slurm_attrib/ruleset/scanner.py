@@ -29,6 +29,7 @@ class Hit:
 
     rule: Rule
     lineno: int
+    offset: int  # byte offset of the line's start in the scanned data
     text: str
     fields: dict[str, Any]
     domain: str
@@ -103,7 +104,7 @@ class Scanner:
             text = line
             if rule.match.following:
                 text = "\n".join([line, *_following_lines(data, start, rule.match.following)])
-            hit = self._match_rule(rule, text, lineno)
+            hit = self._match_rule(rule, text, lineno, start)
             if hit is not None:
                 hits.append(hit)
         return hits
@@ -126,7 +127,7 @@ class Scanner:
                     chosen[rule.id] = rule
         return [chosen[k] for k in sorted(chosen)]
 
-    def _match_rule(self, rule: Rule, text: str, lineno: int) -> Hit | None:
+    def _match_rule(self, rule: Rule, text: str, lineno: int, offset: int) -> Hit | None:
         regex, unless = self._compiled[rule.id]
         found = regex.search(text)
         if found is None or any(u.search(text) for u in unless):
@@ -138,6 +139,7 @@ class Scanner:
         hit = Hit(
             rule=rule,
             lineno=lineno,
+            offset=offset,
             text=text.split("\n", 1)[0] if not rule.match.following else text,
             fields=fields,
             domain=event.domain,
