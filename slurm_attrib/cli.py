@@ -1,0 +1,139 @@
+"""`sattrib`: the command line.  Options, calls into the library, rendering; nothing else."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from slurm_attrib import __version__
+from slurm_attrib.errors import SattribError
+
+SAMPLES = Path(__file__).resolve().parent / "samples"
+
+
+class Group(click.Group):
+    """Turns expected errors into one line on stderr and exit 2 (no traceback)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except SattribError as error:
+            if os.environ.get("SATTRIB_DEBUG"):
+                raise
+            for line in str(error).splitlines() or ["error"]:
+                click.echo(f"sattrib: {line}", err=True)
+            sys.exit(2)
+        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as error:  # a bug: still one line, the traceback on request
+            if os.environ.get("SATTRIB_DEBUG"):
+                raise
+            click.echo(f"sattrib: internal error: {type(error).__name__}: {error} (SATTRIB_DEBUG=1 shows the traceback)", err=True)
+            sys.exit(1)
+
+
+@click.group(cls=Group)
+@click.version_option(__version__, prog_name="sattrib")
+def main() -> None:
+    """Failure attribution for distributed GPU jobs on Slurm."""
+
+
+def _rule_dirs_option(function):
+    return click.option(
+        "--rules",
+        "rule_dirs",
+        multiple=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Extra rule folder (repeatable); its rules add to or replace the bundled ones.",
+    )(function)
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    temporary = output.with_name(f".{output.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(output)
+
+
+def _render(diagnosis, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(diagnosis.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
+    from slurm_attrib.render import render_text
+
+    return render_text(diagnosis)
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="json", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
+@_rule_dirs_option
+def analyze(path: Path, fmt: str, output: Path | None, rule_dirs: tuple[Path, ...]) -> None:
+    """Diagnose the job whose evidence is in PATH (logs layout or capture directory)."""
+    from slurm_attrib.engine.pipeline import analyze_path
+
+    diagnosis = analyze_path(path, rule_dirs)
+    _emit(_render(diagnosis, fmt), output)
+
+
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="text", show_default=True)
+def demo(fmt: str) -> None:
+    """Diagnose the bundled sample job (8 nodes, 64 ranks, an Xid 79); no Slurm needed."""
+    from slurm_attrib.engine.pipeline import analyze_path
+
+    sample = SAMPLES / "demo"
+    click.echo(f"# sattrib analyze {sample}", err=True)
+    _emit(_render(analyze_path(sample), fmt), None)
+
+
+@main.command()
+def schema() -> None:
+    """Print the JSON Schema of the diagnosis."""
+    from slurm_attrib.model import Diagnosis
+
+    click.echo(json.dumps(Diagnosis.model_json_schema(), indent=2, sort_keys=True))
+
+
+@main.group()
+def rules() -> None:
+    """The rule pack: list it, check its examples."""
+
+
+@rules.command("list")
+@_rule_dirs_option
+def rules_list(rule_dirs: tuple[Path, ...]) -> None:
+    """One line per rule: id, role, domain/category, title."""
+    from slurm_attrib.ruleset.loader import load_rules
+
+    for rule in load_rules(list(rule_dirs)):
+        event = rule.event
+        target = f"{event.domain}/{event.category}" if event.category else event.domain
+        click.echo(f"{rule.id:40} {event.role:8} {target:36} {rule.title}")
+
+
+@rules.command("test")
+@_rule_dirs_option
+def rules_test(rule_dirs: tuple[Path, ...]) -> None:
+    """Check every rule against its own examples; exit 1 on any failure."""
+    from slurm_attrib.ruleset.loader import load_rules
+    from slurm_attrib.ruleset.selftest import check_rules
+
+    loaded = load_rules(list(rule_dirs))
+    failures = check_rules(loaded)
+    for failure in failures:
+        click.echo(str(failure))
+    examples = sum(len(r.examples.match) + len(r.examples.no_match) for r in loaded)
+    click.echo(f"{len(loaded)} rules, {examples} examples: {len(failures)} failed")
+    if failures:
+        sys.exit(1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

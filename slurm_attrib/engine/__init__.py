@@ -1,0 +1,1 @@
+"""Attribution: events from rule hits, correlation across nodes, and the diagnosis."""

@@ -1,0 +1,93 @@
+"""Correlation across nodes: the job window, Xid bursts, cause-to-symptom links, hangs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from slurm_attrib.engine.events import Event, match_host
+from slurm_attrib.ingest.types import JobContext
+
+WINDOW_SLACK_BEFORE = 120.0  # seconds before the job start still inside the window (prolog, skew)
+WINDOW_SLACK_AFTER = 60.0  # after the job end: teardown lines still belong to the job
+XID_BURST_SILENCE = 180.0  # NVIDIA Fleet Intelligence: a burst ends after 3 minutes of silence
+SKEW = 5.0  # clocks of different nodes may differ by this much: events closer are not ordered
+EXPLAIN_HORIZON = 3600.0  # a cause explains what follows it within this time
+
+
+def apply_job_window(events: list[Event], job: JobContext) -> None:
+    """Events outside the job's window are context: a stale Xid from an earlier job is no cause."""
+    for event in events:
+        if event.time is None or event.role == "marker":
+            continue
+        before = job.start is not None and event.time < job.start - WINDOW_SLACK_BEFORE
+        after = job.end is not None and event.time > job.end + WINDOW_SLACK_AFTER
+        if before or after:
+            event.notes["outside_window"] = "before the job started" if before else "after the job ended"
+            event.role = "context"
+
+
+def link_xid_bursts(events: list[Event]) -> None:
+    """Within one node's Xid burst, follow-on Xids (45, 154) are symptoms of the burst's first cause."""
+    by_node: dict[str | None, list[Event]] = defaultdict(list)
+    for event in events:
+        if event.type == "gpu_xid":
+            by_node[event.node].append(event)
+    for node_events in by_node.values():
+        node_events.sort(key=lambda e: e.sort_key)
+        burst_cause: Event | None = None
+        last_time: float | None = None
+        for event in node_events:
+            if event.time is not None and last_time is not None and event.time - last_time > XID_BURST_SILENCE:
+                burst_cause = None
+            last_time = event.time if event.time is not None else last_time
+            if event.role == "cause" and burst_cause is None:
+                burst_cause = event
+            elif event.role == "symptom" and burst_cause is not None:
+                event.explained_by = burst_cause
+
+
+def peer_nodes(events: list[Event], known: set[str]) -> dict[str, str]:
+    """IP address -> node, from NCCL's own lines (`NET/IB : Using ... OOB ib0:IP`, `Bootstrap : Using`)."""
+    ip_to_node: dict[str, str] = {}
+    for event in sorted(events, key=lambda e: e.order):
+        ip = event.fields.get("ip")
+        if event.type == "nccl_ip" and ip and event.node:
+            ip_to_node.setdefault(ip, match_host(event.node, known))
+    return ip_to_node
+
+
+def explains(cause: Event, effect: Event) -> bool:
+    """Whether a cause can explain a later event: it came first (within skew) or inside its stall.
+
+    A collective timeout that "ran for N ms" started N ms before it was reported; a fault inside
+    that interval explains it.
+    """
+    if cause.time is None or effect.time is None:
+        return cause.order <= effect.order if cause.order[0] == effect.order[0] else True
+    if effect.type == "collective_timeout" and effect.fields.get("ran_ms"):
+        onset = effect.time - effect.fields["ran_ms"] / 1000.0
+        return onset - 60.0 - SKEW <= cause.time <= effect.time + SKEW
+    return cause.time - SKEW <= effect.time <= cause.time + EXPLAIN_HORIZON
+
+
+def silent_nodes(events: list[Event], job: JobContext) -> tuple[list[str], list[str]]:
+    """Nodes whose ranks reported collective timeouts, and nodes of the job that did not."""
+    timeouts = [e for e in events if e.type == "collective_timeout" and e.role != "context"]
+    reporting = sorted({e.node for e in timeouts if e.node})
+    known = set(job.nodes) | {e.node for e in events if e.node and e.type in ("nccl_rank", "nccl_ip")}
+    silent = sorted(known - set(reporting))
+    return reporting, silent
+
+
+def lagging_nodes(events: list[Event]) -> list[str]:
+    """Nodes whose ranks completed fewer collectives than every other rank (PG status lines)."""
+    completed: dict[str, int] = {}
+    for event in events:
+        value = event.fields.get("last_completed")
+        if event.node and isinstance(value, int):
+            completed[event.node] = min(value, completed.get(event.node, value))
+    if len(completed) < 2:
+        return []
+    lowest = min(completed.values())
+    laggards = sorted(n for n, v in completed.items() if v == lowest)
+    return laggards if len(laggards) < len(completed) else []

@@ -1,0 +1,132 @@
+"""Words for a verdict: the one-sentence summary, recommended actions and drain reasons."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from slurm_attrib.engine.timefmt import iso
+from slurm_attrib.model import Action, Drain, SymptomGroup
+
+if TYPE_CHECKING:
+    from slurm_attrib.engine.diagnose import Verdict
+    from slurm_attrib.engine.events import Event
+    from slurm_attrib.ingest.types import JobContext
+
+MAX_REASON_BYTES = 255
+
+CATEGORY_WORDS = {
+    "gpu_fell_off_bus": "a GPU fell off the bus",
+    "gpu_uncorrectable_ecc": "an uncorrectable GPU memory (ECC) error",
+    "gpu_row_remap_failure": "a GPU row-remapping failure",
+    "gpu_nvlink": "an NVLink error",
+    "gpu_firmware": "a GPU firmware (GSP) error",
+    "gpu_hardware_other": "a GPU hardware error",
+    "link_down": "a network link went down",
+    "transport_error": "a network transport error",
+    "fabric_other": "a network fabric error",
+    "node_failure": "a node failure",
+    "pcie_error": "a PCIe error",
+    "kernel_fault": "a kernel fault",
+    "host_hardware_other": "a host hardware error",
+    "filesystem_error": "a filesystem error",
+    "app_exception": "an exception in the application",
+    "cuda_error": "a CUDA error in the application",
+    "gpu_oom": "the application ran out of GPU memory",
+    "host_oom": "the job ran out of host memory",
+    "nccl_usage": "an NCCL setup or usage error",
+    "app_killed_signal": "a process of the job was killed by a signal",
+    "time_limit": "the job reached its time limit",
+    "cancelled": "the job was cancelled",
+    "preempted": "the job was preempted",
+}
+
+QUALITY_WORDS = {"confirmed": "caused by", "likely": "most likely caused by", "ambiguous": "possibly caused by"}
+
+ADMIN_ACTIONS = {
+    "gpu": "Drain {nodes}, run the GPU diagnostics (dcgmi diag) and reset or replace the GPU before returning it to service",
+    "network": "Check the link, cable and switch port of {nodes} (ibstat, port counters) before returning it to service",
+    "host": "Check {nodes} (console, BMC event log, kernel log) before returning it to service",
+    "storage": "Check the shared filesystem's servers and clients; no compute node is at fault",
+}
+
+USER_ACTIONS = {
+    "app_exception": "Fix the exception shown in the evidence, then resubmit",
+    "cuda_error": "Debug the CUDA error (CUDA_LAUNCH_BLOCKING=1 gives the failing kernel), then resubmit",
+    "gpu_oom": "Reduce the per-GPU memory use (batch size, activation checkpointing), then resubmit",
+    "host_oom": "Request more memory (--mem) or reduce host memory use, then resubmit",
+    "nccl_usage": "Fix the NCCL environment or usage shown in the evidence (e.g. /dev/shm size), then resubmit",
+    "app_killed_signal": "Find why the process was killed (signal in the evidence), then resubmit",
+    "time_limit": "Request a longer time limit or checkpoint more often",
+    "cancelled": "The job was cancelled; resubmit if that was not intended",
+    "preempted": "The job was preempted; resubmit or requeue it",
+}
+
+
+def _event_words(event: "Event") -> str:
+    xid = event.fields.get("xid")
+    where = f" on {event.node}" if event.node else ""
+    if xid is not None:
+        gpu = f" GPU {event.fields['pci']}" if event.fields.get("pci") else ""
+        meaning = event.notes.get("xid_meaning", "")
+        return f"Xid {xid} ({meaning}){where}{gpu}".replace(" ()", "")
+    return f"{CATEGORY_WORDS.get(event.category or '', event.title)}{where}"
+
+
+def summary_for(verdict: "Verdict", symptoms: list[SymptomGroup], job: "JobContext") -> str:
+    job_words = f"Job {job.job_id}" if job.job_id else "The job"
+    if verdict.primary is None:
+        if verdict.category == "success":
+            return f"{job_words} shows no failure."
+        if verdict.category == "hang_unattributed" and verdict.culprits:
+            return f"{job_words} hung in a collective; {verdict.culprits[0]} is the suspect: it is the only node that did not report the timeout."
+        if verdict.category == "hang_unattributed":
+            return f"{job_words} hung in a collective; the evidence does not show where it began."
+        return f"{job_words} failed, but the evidence holds no recognised cause."
+    primary = verdict.primary
+    at = f" at {iso(primary.time)}" if primary.time is not None else ""
+    if verdict.systemic:
+        return f"{job_words} failed with {CATEGORY_WORDS.get(primary.category, primary.title)} on many nodes at once{at}: a systemic problem, no single node is at fault."
+    if verdict.rivals:
+        nodes = ", ".join(verdict.culprits)
+        return f"{job_words} failed; independent faults on {nodes} cannot be ordered in time: {_event_words(primary)}{at} is one of them."
+    followers = sum(group.count for group in symptoms if group.explained_by)
+    tail = f"; {followers} later error line(s) follow from it" if followers else ""
+    return f"{job_words} failed, {QUALITY_WORDS.get(verdict.quality, 'caused by')} {_event_words(primary)}{at}{tail}."
+
+
+def actions_for(verdict: "Verdict", drains: list[Drain]) -> list[Action]:
+    actions: list[Action] = []
+    primary = verdict.primary
+    if primary is None:
+        if verdict.category == "hang_unattributed":
+            actions.append(Action(who="user", text="Enable the PyTorch flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) and NCCL_DEBUG=WARN to locate the hang next time"))
+        return actions
+    nodes = ", ".join(verdict.culprits) or "the nodes named in the evidence"
+    if primary.notes.get("xid_action"):
+        actions.append(Action(who="admin", text=f"NVIDIA's recommended action for Xid {primary.fields.get('xid')}: {primary.notes['xid_action']}"))
+    if primary.domain in ADMIN_ACTIONS and not verdict.systemic:
+        actions.append(Action(who="admin", text=ADMIN_ACTIONS[primary.domain].format(nodes=nodes)))
+    if verdict.systemic:
+        actions.append(Action(who="admin", text="Investigate the shared service (filesystem, fabric) used by all nodes; do not drain nodes one by one"))
+    if primary.category in USER_ACTIONS:
+        actions.append(Action(who="user", text=USER_ACTIONS[primary.category]))
+    elif primary.domain in ("gpu", "network", "host"):
+        actions.append(Action(who="user", text="Resubmit the job excluding the culprit node(s) (--exclude)" if verdict.culprits else "Resubmit the job"))
+    if primary.domain in ("gpu", "network", "host") and not drains and verdict.culprits:
+        actions.append(Action(who="admin", text="Not drained automatically: the evidence is not confirmed by kernel, syslog or Slurm sources"))
+    return actions
+
+
+def drain_reason(primary: "Event", job: "JobContext") -> str:
+    """The essential first: `sinfo -R` shows only 20 characters."""
+    job_part = f" job {job.job_id}" if job.job_id else ""
+    xid = primary.fields.get("xid")
+    if xid is not None:
+        pci = primary.fields.get("pci", "")
+        gpu = f" GPU {pci.split(':', 1)[-1]}" if pci else ""
+        head = f"sattrib: Xid{xid}{gpu}"
+    else:
+        device = primary.fields.get("device") or primary.fields.get("pci") or ""
+        head = f"sattrib: {primary.category}" + (f" {device}" if device else "")
+    reason = f"{head}{job_part}"
+    return reason.encode()[:MAX_REASON_BYTES].decode(errors="ignore")

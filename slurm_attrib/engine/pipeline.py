@@ -1,0 +1,31 @@
+"""The single entry point: evidence in, diagnosis out."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from slurm_attrib.engine.diagnose import diagnose
+from slurm_attrib.engine.events import extract_events, resolve_nodes
+from slurm_attrib.ingest.layout import load_evidence
+from slurm_attrib.ingest.types import Evidence
+from slurm_attrib.model import Diagnosis
+from slurm_attrib.ruleset.loader import load_rules
+from slurm_attrib.ruleset.scanner import Scanner
+
+
+@cache
+def _scanner(rule_dirs: tuple[Path, ...]) -> Scanner:
+    return Scanner(load_rules(list(rule_dirs)))
+
+
+def analyze_evidence(evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> Diagnosis:
+    events = extract_events(evidence, _scanner(rule_dirs))
+    resolve_nodes(events, evidence.job)
+    fired = sorted({e.rule_id for e in events})
+    return diagnose(evidence, events, fired)
+
+
+def analyze_path(path: Path, rule_dirs: tuple[Path, ...] = ()) -> Diagnosis:
+    """Diagnose a logs-layout directory (or a capture spool directory)."""
+    return analyze_evidence(load_evidence(Path(path)), tuple(rule_dirs))
