@@ -1,0 +1,109 @@
+"""Site configuration: /etc/sattrib/config.yaml, or the file named by $SATTRIB_CONFIG.
+
+Read by the epilog's hot path too, so this module uses only the standard library and PyYAML
+(no pydantic).  Unknown keys are an error naming the file and the key; a missing file means
+the defaults below.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+DEFAULT_PATH = Path("/etc/sattrib/config.yaml")
+ENV_VAR = "SATTRIB_CONFIG"
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """One capture source: a command (argv list) or a path, with its own bounds."""
+
+    name: str
+    kind: str  # vocab.SOURCE_KINDS
+    command: tuple[str, ...] = ()
+    path: str = ""  # file path or glob; used when command is empty
+    timeout: float = 3.0
+    max_bytes: int = 8 * 1024 * 1024
+    prefilter: bool = True  # keep only lines holding a rule literal (plus a little context)
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class Config:
+    spool: str = "/var/spool/sattrib"  # shared filesystem: <spool>/<jobid>/nodes/<node>.json.gz
+    local_spool: str = "/var/tmp/sattrib"  # fallback when the shared spool is not writable
+    results: str = "/var/lib/sattrib/results"  # <results>/<jobid>/diagnosis.{json,txt}, index.db
+    epilog_timeout: float = 10.0  # the epilog's hard bound, all sources included
+    bundle_max_bytes: int = 16 * 1024 * 1024
+    context_lines: int = 2  # lines kept around each pre-filtered line
+    analysis_deadline: float = 60.0  # how long the controller waits for node bundles
+    drain_policy: str = "recommend"  # off | recommend | auto
+    drain_max_nodes: int = 2
+    systemic_threshold: int = 3  # more suspects than this in one job: drain nothing
+    admin_group: str = ""  # may read every diagnosis
+    rule_dirs: tuple[str, ...] = ()
+    template_dirs: tuple[str, ...] = ()
+    sources: tuple[SourceConfig, ...] = ()  # empty: the built-in capture sources
+    slurm_backend: str = "auto"  # auto | pyslurm | cli
+
+
+DRAIN_POLICIES = ("off", "recommend", "auto")
+
+
+def config_path() -> Path:
+    return Path(os.environ.get(ENV_VAR) or DEFAULT_PATH)
+
+
+def load_config(path: Path | None = None) -> Config:
+    path = path or config_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Config()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    import yaml  # only when a file exists
+
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: must be a mapping of settings")
+    return _config_from(data, path)
+
+
+def _config_from(data: dict, path: Path) -> Config:
+    known = {f.name: f for f in fields(Config)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    values = {}
+    for key, value in data.items():
+        if key == "sources":
+            values[key] = tuple(_source_from(item, path) for item in value or [])
+        elif key in ("rule_dirs", "template_dirs"):
+            values[key] = tuple(str(v) for v in value or [])
+        else:
+            values[key] = value
+    config = replace(Config(), **values)
+    if config.drain_policy not in DRAIN_POLICIES:
+        raise ConfigError(f"{path}: drain_policy {config.drain_policy!r} is not one of {', '.join(DRAIN_POLICIES)}")
+    return config
+
+
+def _source_from(item: object, path: Path) -> SourceConfig:
+    if not isinstance(item, dict) or "name" not in item or "kind" not in item:
+        raise ConfigError(f"{path}: each source needs at least 'name' and 'kind'")
+    known = {f.name for f in fields(SourceConfig)}
+    unknown = sorted(set(item) - known)
+    if unknown:
+        raise ConfigError(f"{path}: source {item['name']!r}: unknown key(s) {', '.join(unknown)}")
+    if "command" in item:
+        item = {**item, "command": tuple(str(a) for a in item["command"] or ())}
+    return SourceConfig(**item)
