@@ -64,7 +64,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, year: int | None, 
         severity=hit.severity,
         strength=hit.strength,
         source=source.rel,
-        line=hit.lineno,
+        line=_original_line(source, hit.lineno),
         text=hit.text,
         kind=source.kind,
         trusted=source.trusted,
@@ -80,6 +80,14 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, year: int | None, 
         event.rank = int(event.rank) if event.rank.isdigit() else None
     event.node = source.node
     return event
+
+
+def _original_line(source: SourceFile, lineno: int) -> int:
+    """Capture bundles keep only some lines; they carry each kept line's number in the real source."""
+    numbers = getattr(source, "line_numbers", None)
+    if numbers and 0 < lineno <= len(numbers):
+        return numbers[lineno - 1]
+    return lineno
 
 
 def _line_time(text: str, source: SourceFile, offset: int, year: int | None, boot: float | None) -> tuple[float | None, bool]:
@@ -117,7 +125,7 @@ def match_host(host: str, known: set[str]) -> str:
     short = host.split(".", 1)[0]
     if short in known:
         return short
-    for node in sorted(known, key=len, reverse=True):
+    for node in sorted(known, key=lambda name: (-len(name), name)):
         if short.startswith(node) and not short[len(node) : len(node) + 1].isalnum():
             return node
         if node.split(".", 1)[0] == short:

@@ -26,6 +26,13 @@ def analyze_evidence(evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> Di
     return diagnose(evidence, events, fired)
 
 
+def load_any(path: Path) -> Evidence:
+    """A capture spool job directory (the epilog's bundles) or a plain logs-layout directory."""
+    from slurm_attrib.ingest.bundle import is_spool_job_dir, load_spool_job
+
+    return load_spool_job(path) if is_spool_job_dir(path) else load_evidence(path)
+
+
 def analyze_path(path: Path, rule_dirs: tuple[Path, ...] = ()) -> Diagnosis:
-    """Diagnose a logs-layout directory (or a capture spool directory)."""
-    return analyze_evidence(load_evidence(Path(path)), tuple(rule_dirs))
+    """Diagnose a logs-layout directory or a capture spool job directory."""
+    return analyze_evidence(load_any(Path(path)), tuple(rule_dirs))
