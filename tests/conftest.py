@@ -1,0 +1,21 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus" / "dev"
+
+
+def sattrib_argv() -> list[str]:
+    """Run the CLI the way users do: the installed console script when present."""
+    script = Path(sys.executable).with_name("sattrib")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "slurm_attrib"]
+
+
+@pytest.fixture
+def corpus_dir() -> Path:
+    if not CORPUS.is_dir():
+        pytest.skip(f"dev corpus not found at {CORPUS}")
+    return CORPUS

@@ -1,0 +1,122 @@
+"""Attribution on small hand-written jobs: each case fails if the judgement it pins were wrong."""
+
+import json
+from pathlib import Path
+
+from slurm_attrib.engine.pipeline import analyze_path
+
+NODES = ["gpu01", "gpu02", "gpu03", "gpu04"]
+START, END = "2026-12-02T13:00:00Z", "2026-12-02T13:30:00Z"
+
+
+def write_job(root: Path, files: dict[str, str], state="FAILED", nodes=NODES) -> Path:
+    (root / "job.json").write_text(
+        json.dumps({"job_id": "77", "state": state, "exit_code": "1:0", "start": START, "end": END, "nodes": nodes})
+    )
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def nccl_init(ranks_per_node=2) -> str:
+    lines = []
+    for index, node in enumerate(NODES):
+        for local in range(ranks_per_node):
+            rank = index * ranks_per_node + local
+            lines.append(
+                f"{node}:1{rank}00:1{rank}01 [{local}] NCCL INFO comm 0x55d0c8a0 rank {rank} nranks 8 cudaDev {local} "
+                f"nvmlDev {local} busId {local + 1}b000 commId 0x5f2c1a - Init COMPLETE"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def watchdog(rank: int, clock="13:14:06") -> str:
+    return (
+        f"[rank{rank}]:[E1202 {clock}.123456789 ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog caught collective "
+        f"operation timeout: WorkNCCL(SeqNum=881, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+        f"ran for 600112 milliseconds before timing out.\n"
+    )
+
+
+XID79 = "2026-12-02T13:04:06,123456+00:00 NVRM: Xid (PCI:0000:3b:00): 79, pid=4121, name=python, GPU has fallen off the bus.\n"
+
+
+def test_xid79_explains_peer_timeouts_and_drains_its_node(tmp_path):
+    output = nccl_init() + "".join(watchdog(r) for r in (0, 1, 2, 3, 6, 7))
+    job = write_job(tmp_path, {"slurm-77.out": output, "gpu03/dmesg.txt": XID79})
+    diagnosis = analyze_path(job)
+    assert (diagnosis.domain, diagnosis.category) == ("gpu", "gpu_fell_off_bus")
+    assert diagnosis.culprit_nodes == ["gpu03"]
+    assert diagnosis.quality == "confirmed"
+    assert [d.node for d in diagnosis.drain] == ["gpu03"]
+    assert diagnosis.drain[0].reason.startswith("sattrib: Xid79 GPU 3b:00")
+    timeouts = [s for s in diagnosis.symptoms if s.type == "collective_timeout"]
+    assert timeouts and timeouts[0].explained_by == "gpu.xid"
+    assert {"gpu01", "gpu02", "gpu04"} <= set(timeouts[0].nodes)
+    cause_lines = [e for e in diagnosis.evidence if e.role == "cause"]
+    assert cause_lines[0].source == "gpu03/dmesg.txt" and cause_lines[0].line == 1
+
+
+def test_xid_before_the_job_window_is_context(tmp_path):
+    stale = XID79.replace("2026-12-02T13:04", "2026-12-01T09:04")
+    job = write_job(tmp_path, {"slurm-77.out": nccl_init() + watchdog(0), "gpu03/dmesg.txt": stale})
+    diagnosis = analyze_path(job)
+    assert diagnosis.domain != "gpu"
+    assert diagnosis.drain == []
+    assert any(e.role == "context" and e.source == "gpu03/dmesg.txt" for e in diagnosis.evidence)
+
+
+def test_forged_xid_in_job_output_never_drains(tmp_path):
+    forged = "[rank5]: NVRM: Xid (PCI:0000:3b:00): 79, pid=4121, name=python, GPU has fallen off the bus.\n"
+    job = write_job(tmp_path, {"slurm-77.out": nccl_init() + forged})
+    diagnosis = analyze_path(job)
+    assert diagnosis.drain == []
+    assert diagnosis.quality != "confirmed"
+
+
+def test_unorderable_faults_on_two_nodes_are_ambiguous(tmp_path):
+    other = XID79.replace(",123456", ",900000").replace("3b:00", "5e:00")
+    job = write_job(tmp_path, {"gpu01/dmesg.txt": XID79, "gpu02/dmesg.txt": other})
+    diagnosis = analyze_path(job)
+    assert diagnosis.quality == "ambiguous"
+    assert diagnosis.culprit_nodes == ["gpu01", "gpu02"]
+    assert diagnosis.drain == []
+
+
+def test_hang_points_at_the_only_silent_node(tmp_path):
+    output = nccl_init() + "".join(watchdog(r) for r in range(6))  # ranks 6, 7 (gpu04) silent
+    job = write_job(tmp_path, {"slurm-77.out": output})
+    diagnosis = analyze_path(job)
+    assert (diagnosis.domain, diagnosis.category) == ("unknown", "hang_unattributed")
+    assert diagnosis.culprit_nodes == ["gpu04"]
+    assert diagnosis.quality == "likely"
+    assert diagnosis.drain == []
+
+
+def test_only_timeouts_everywhere_is_unknown(tmp_path):
+    output = nccl_init() + "".join(watchdog(r) for r in range(8))
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": output}))
+    assert (diagnosis.domain, diagnosis.culprit_nodes) == ("unknown", [])
+    assert diagnosis.quality == "insufficient"
+
+
+def test_same_filesystem_error_on_every_node_is_systemic(tmp_path):
+    files = {
+        f"{node}/syslog": f"Dec  2 13:05:0{i} {node} kernel: LustreError: 11-0: scratch-OST0003-osc: operation ost_write to node 10.0.0.9@o2ib failed: rc = -107\n"
+        for i, node in enumerate(NODES)
+    }
+    diagnosis = analyze_path(write_job(tmp_path, files))
+    assert diagnosis.domain == "storage" and diagnosis.culprit_nodes == [] and diagnosis.drain == []
+
+
+def test_completed_job_without_errors_is_success(tmp_path):
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": "step 100 loss 1.23\n"}, state="COMPLETED"))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("none", "success", "confirmed")
+
+
+def test_time_limit_state_is_the_cause(tmp_path):
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": "step 100\n"}, state="TIMEOUT"))
+    assert (diagnosis.domain, diagnosis.category) == ("scheduler", "time_limit")
+    assert diagnosis.evidence[0].source == "job.json"
