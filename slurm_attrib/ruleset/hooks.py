@@ -7,6 +7,7 @@ catalog once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -49,9 +50,96 @@ def refine_xid(hit: "Hit") -> "Hit":
     hit.notes["xid_action"] = entry["action"]
     hit.notes["xid_meaning"] = entry["description"]
     hit.notes["xid_points_at"] = entry["points_at"]
+    _xid_details(hit, xid)
+    return hit
+
+
+# Xid 154 states the recovery action itself (domain-facts §1.3, [S1][S25]).
+_RECOVERY_ACTION = re.compile(r"GPU recovery action changed from 0x[0-9a-fA-F]+ \(([^)]*)\) to 0x[0-9a-fA-F]+ \(([^)]*)\)")
+# NVLink5 Xids 144-150 print `<UNIT> Fatal|Nonfatal XC0|XC1 i<n> Link <nn> (...)` ([S6]).
+_NVLINK5 = re.compile(r"\b(Fatal|Nonfatal)\s+XC[01]\s+i\d+\s+Link\s+(\d+)")
+
+
+def _xid_details(hit: "Hit", xid: int | None) -> None:
+    """Details the message itself carries: Xid 154's new recovery action, NVLink5 fatality."""
+    if xid == 154:
+        found = _RECOVERY_ACTION.search(hit.text)
+        if found:
+            hit.notes["recovery_action"] = found.group(2)
+    elif xid is not None and 144 <= xid <= 150:
+        found = _NVLINK5.search(hit.text)
+        if found:
+            hit.notes["nvlink_fatal"] = found.group(1) == "Fatal"
+            hit.notes["nvlink_link"] = int(found.group(2))
+            if found.group(1) == "Nonfatal":
+                # The catalog: severity is not implied by the number; a Nonfatal NVLink5 event
+                # does not end the job by itself.
+                hit.role, hit.strength, hit.severity, hit.category = "context", 1, "warning", None
+
+
+# ibv_wc_status numbering from NCCL's bundled verbs header (domain-facts §2.3, [S10]).
+IBV_WC_STATUS = {
+    0: "IBV_WC_SUCCESS",
+    1: "IBV_WC_LOC_LEN_ERR",
+    2: "IBV_WC_LOC_QP_OP_ERR",
+    3: "IBV_WC_LOC_EEC_OP_ERR",
+    4: "IBV_WC_LOC_PROT_ERR",
+    5: "IBV_WC_WR_FLUSH_ERR",
+    6: "IBV_WC_MW_BIND_ERR",
+    7: "IBV_WC_BAD_RESP_ERR",
+    8: "IBV_WC_LOC_ACCESS_ERR",
+    9: "IBV_WC_REM_INV_REQ_ERR",
+    10: "IBV_WC_REM_ACCESS_ERR",
+    11: "IBV_WC_REM_OP_ERR",
+    12: "IBV_WC_RETRY_EXC_ERR",
+    13: "IBV_WC_RNR_RETRY_EXC_ERR",
+    14: "IBV_WC_LOC_RDD_VIOL_ERR",
+    15: "IBV_WC_REM_INV_RD_REQ_ERR",
+    16: "IBV_WC_REM_ABORT_ERR",
+    17: "IBV_WC_INV_EECN_ERR",
+    18: "IBV_WC_INV_EEC_STATE_ERR",
+    19: "IBV_WC_FATAL_ERR",
+    20: "IBV_WC_RESP_TIMEOUT_ERR",
+    21: "IBV_WC_GENERAL_ERR",
+}
+
+
+def refine_ib_status(hit: "Hit") -> "Hit":
+    """Name the ibv_wc_status of an NCCL IB completion error; a flush (5) is secondary."""
+    status = hit.fields.get("status")
+    hit.notes["ib_status_name"] = IBV_WC_STATUS.get(status, f"unknown ibv_wc_status {status}")
+    if status == 5:
+        # WR_FLUSH_ERR: work requests flushed because the QP already went to error state —
+        # follows another failure ([S10][S21a]).
+        hit.role, hit.strength, hit.severity = "symptom", 1, "warning"
+    elif status == 12:
+        hit.notes["hint"] = "transport retry counter exceeded: the peer NIC/link stopped answering"
+    return hit
+
+
+def refine_sxid(hit: "Hit") -> "Hit":
+    """NVSwitch SXid: the line itself says Fatal or Non-fatal ([S6][S5t])."""
+    fatality = (hit.fields.get("fatal") or "").lower()
+    hit.notes["sxid_fatal"] = fatality == "fatal"
+    if fatality != "fatal":
+        hit.role, hit.strength, hit.severity, hit.category = "context", 1, "warning", None
+    return hit
+
+
+def refine_nccl_busid(hit: "Hit") -> "Hit":
+    """NCCL's `busId 3b000` (hex of the PCI id without separators) -> '0000:3b:00' ([S10])."""
+    busid = str(hit.fields.get("busid", ""))
+    try:
+        digits = f"{int(busid, 16):09x}"
+    except ValueError:
+        return hit
+    hit.notes["pci"] = f"{digits[-9:-5]}:{digits[-5:-3]}:{digits[-3:-1]}"
     return hit
 
 
 HOOKS: dict[str, Callable[["Hit"], "Hit"]] = {
     "xid": refine_xid,
+    "ib_status": refine_ib_status,
+    "sxid": refine_sxid,
+    "nccl_busid": refine_nccl_busid,
 }
