@@ -29,6 +29,10 @@ class SourceFile:
     kind: str  # one of vocab.SOURCE_KINDS, recognised from content
     trusted: bool  # written by the kernel, system daemons or Slurm, never by the job's user
     data: bytes  # decompressed content, possibly capped
+    # Lines of the original file before data's first line (the head dropped by the size cap):
+    # original line number = line_offset + line number in data.  None: not counted (huge file).
+    line_offset: int | None = 0
+    compressed: bool = False  # the file was gzip-compressed on disk
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,197 @@
+"""Recognise a source file's kind from its content (names are only tie-breaking hints).
+
+Kinds (vocab.SOURCE_KINDS except 'job'):
+  kernel      dmesg output in any time format (`[  123.456789]`, `-T`, `--time-format iso`, delta
+              `[  +0.000316]`, `-x` facility prefixes, raw `<4>[...]`), kern.log and
+              `journalctl -k` (syslog-shaped lines whose program is `kernel`)
+  syslog      RFC 3164 / RFC 5424 / journalctl lines of system daemons (may carry kernel lines
+              too), and slurmd/slurmctld daemon logs (`[2024-12-02T13:04:06.123] ...`)
+  nvidia_smi  nvidia-smi output: the table, `-q`, `-L`, `--query-gpu` CSV, its error messages
+  sysfs       `path: value` / `name: value` counter and state dumps (`grep -H . /sys/...`), ibstat
+  app         everything else: the job's own output
+
+The first ~200 and last ~50 lines are sampled.  Each sampled line is classified; blank lines,
+indented continuation lines, `...` and shell prompt lines (`root@node1:~# dmesg -T`) are neutral,
+though a prompt's command (`dmesg`, `nvidia-smi`, `journalctl -k`) is itself a hint.
+"""
+
+from __future__ import annotations
+
+import re
+
+HEAD_BYTES = 64 * 1024
+TAIL_BYTES = 16 * 1024
+HEAD_LINES = 200
+TAIL_LINES = 50
+MAX_SAMPLE_LINE = 400
+
+_KERNEL_LINE = re.compile(
+    r"(?:<\d>)?\[\s*(?:\d+\.\d+(?: <\s*\d+\.\d+>)?|[+-]\d+\.\d+)\]"  # [  123.45], [ +0.0003], -d
+    r"|\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+    r" +\d{1,2} \d\d:\d\d:\d\d \d{4}\]"  # dmesg -T
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}[+-]\d\d:\d\d "  # dmesg --time-format iso
+    r"|(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local\d) *:"
+    r"(?:emerg|alert|crit|err|warn|notice|info|debug) *: "  # dmesg -x
+)
+_SYSLOG_LINE = re.compile(
+    r"(?:<\d{1,3}>)?(?:"
+    r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d{4})?"
+    r"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: [A-Z]{1,5})?"
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+    r") [A-Za-z0-9][\w.-]* (?P<prog>[A-Za-z_(][^\s\[:]*)(?:\[\d+\])?:"
+)
+_RFC5424_LINE = re.compile(r"<\d{1,3}>1 \S+ \S+ (?P<prog>\S+) ")
+_SLURMD_LINE = re.compile(r"\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?\] ")
+_JOURNAL_MARKER = re.compile(r"-- (?:Logs begin at|Journal begins at|Boot [0-9a-f]+|No entries|Reboot)")
+
+_SMI_STRONG = re.compile(
+    r".*(?:NVIDIA-SMI|NVSMI LOG|Unable to determine the device handle for GPU|No devices were found"
+    r"|Failed to initialize NVML|couldn't communicate with the NVIDIA driver|\(UUID: GPU-"
+    r"|GPU requires reset|pci\.bus_id|memory\.total|temperature\.gpu|clocks_(?:event|throttle)_reasons"
+    r"|retired_pages|remapped_rows|ecc\.errors)"
+    r"|GPU [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*$"
+    r"|(?:Driver Version|CUDA Version|Attached GPUs|Timestamp)\s+: "
+)
+_SMI_TABLE = re.compile(r"\+[-=+]{8,}\+\s*$|\|.*\|\s*$")
+_SMI_KV = re.compile(r"\s{4,}[A-Z][\w ()/.-]*?\s+: ")
+# table rows, -q key/values and CSV rows count only next to a strong marker (an app may print a
+# table of its own)
+_SMI_CSV_ROW = re.compile(r"\d+, .*(?:NVIDIA|00000000:[0-9A-Fa-f]{2}:|GPU-[0-9a-f]{8}-)")
+
+_SYSFS_STRONG = re.compile(r"/(?:sys|proc)/\S*?[:= ]\s*\S|CA '[\w-]+'\s*$")
+_SYSFS_KV = re.compile(r"(?:[\w.+@-]+/)*[\w.+@-]+\s*[:=]\s*(?P<v>\S+)\s*$")
+_IBSTAT_KV = re.compile(r"\s+[A-Z][\w ]*: \S")
+_NUMERIC = re.compile(r"(?:-?\d+(?:\.\d+)?|0x[0-9a-fA-F]+)$")
+
+_PROMPT = re.compile(
+    r"(?:\([\w.-]+\)\s+)?[\w.-]+@[\w.-]+(?::[^\s#$%]*)?(?:\s+[^\s#$%]+)?\s*[#$%>]\s?(?P<cmd>.*)$"
+    r"|\[[\w.-]+@[\w.-]+(?: [^\]]*)?\][#$]\s?(?P<cmd2>.*)$"
+    r"|[#$%] +(?P<cmd3>(?:sudo +)?(?:dmesg|journalctl|nvidia-smi|cat|zcat|grep|zgrep|tail|head|less)\b.*)$"
+)
+_ELLIPSIS = re.compile(r"(?:\.{3,}|…|\[\.\.\.\]|<snip>|\[snip\])\s*$")
+
+_NAME_HINTS = (
+    ("nvidia_smi", ("nvidia_smi", "nvidia-smi", "nvsmi")),
+    ("kernel", ("dmesg", "kern.log", "kernel", "kmsg")),
+    ("syslog", ("syslog", "messages", "journal", "daemon.log", "slurmd", "slurmctld")),
+    ("sysfs", ("sysfs", "counters", "aer_dev")),
+)
+
+
+def name_hint(name: str) -> str | None:
+    """The kind a file name suggests (a hint only), or None."""
+    lowered = name.rsplit("/", 1)[-1].lower()
+    for kind, needles in _NAME_HINTS:
+        if any(n in lowered for n in needles):
+            return kind
+    return None
+
+
+def _command_hint(cmd: str) -> str | None:
+    cmd = cmd.strip()
+    if not cmd:
+        return None
+    if "nvidia-smi" in cmd:
+        return "nvidia_smi"
+    if "dmesg" in cmd or "kern.log" in cmd or re.search(r"journalctl\b.*(?:\s-\w*k|--dmesg)", cmd):
+        return "kernel"
+    if "journalctl" in cmd or "/var/log/syslog" in cmd or "/var/log/messages" in cmd:
+        return "syslog"
+    if "/sys/" in cmd:
+        return "sysfs"
+    return None
+
+
+def _sample(data: bytes) -> list[str]:
+    head = data[:HEAD_BYTES]
+    lines = head.split(b"\n", HEAD_LINES)[:HEAD_LINES]
+    if len(data) > HEAD_BYTES:
+        tail = data[-TAIL_BYTES:]
+        cut = tail.find(b"\n")
+        tail_lines = tail[cut + 1:].split(b"\n") if cut >= 0 else []
+        lines.extend(tail_lines[-TAIL_LINES:])
+    out = []
+    for raw in lines:
+        text = raw[: MAX_SAMPLE_LINE * 2].decode("utf-8", errors="replace")[:MAX_SAMPLE_LINE]
+        out.append(text.rstrip("\r\n\x00"))
+    return out
+
+
+def detect_kind(data: bytes, name: str) -> str:
+    """One of 'kernel', 'syslog', 'app', 'nvidia_smi', 'sysfs', recognised from content."""
+    kernel = syslog = smi = smi_weak = smi_strong = sysfs = sysfs_strong = sysfs_numeric = app = 0
+    hints: list[str] = []
+    for line in _sample(data):
+        if not line.strip():
+            continue
+        if _SMI_STRONG.match(line):
+            smi += 1
+            smi_strong += 1
+            continue
+        if _SMI_TABLE.match(line) or _SMI_KV.match(line) or _SMI_CSV_ROW.match(line):
+            smi_weak += 1
+            continue
+        first = line[0]
+        if first in " \t":
+            if _IBSTAT_KV.match(line):
+                sysfs += 1
+            continue  # continuation / indented output: neutral
+        if _KERNEL_LINE.match(line):
+            kernel += 1
+            continue
+        found = _SYSLOG_LINE.match(line) or (_RFC5424_LINE.match(line) if first == "<" else None)
+        if found is not None:
+            if found["prog"] == "kernel":
+                kernel += 1
+            else:
+                syslog += 1
+            continue
+        if first == "[" and _SLURMD_LINE.match(line):
+            syslog += 1
+            continue
+        if _SYSFS_STRONG.match(line):
+            sysfs += 1
+            sysfs_strong += 1
+            continue
+        prompt = _PROMPT.match(line)
+        if prompt is not None:
+            hint = _command_hint(prompt["cmd"] or prompt["cmd2"] or prompt["cmd3"] or "")
+            if hint:
+                hints.append(hint)
+            continue
+        if _ELLIPSIS.match(line) or _JOURNAL_MARKER.match(line) or line.startswith("# "):
+            continue
+        kv = _SYSFS_KV.match(line)
+        if kv is not None:
+            sysfs += 1
+            if _NUMERIC.match(kv["v"]):
+                sysfs_numeric += 1
+            continue
+        app += 1
+    if smi_strong:
+        smi += smi_weak
+    else:
+        app += smi_weak
+
+    by_name = name_hint(name)
+    hint = hints[-1] if hints else by_name
+    total = kernel + syslog + smi + sysfs + app
+    if total == 0:
+        return hint or "app"
+
+    def share(count: int) -> float:
+        return count / total
+
+    system = kernel + syslog
+    if share(system) >= 0.5 or (share(system) >= 0.3 and hint in ("kernel", "syslog")):
+        daemons = syslog / system
+        if daemons <= 0.1:
+            return "kernel"
+        if daemons >= 0.5:
+            return "syslog"
+        return "kernel" if hint == "kernel" else "syslog"
+    if smi_strong and (share(smi) >= 0.5 or (share(smi) >= 0.3 and hint == "nvidia_smi")):
+        return "nvidia_smi"
+    if sysfs and share(sysfs) >= 0.8 and (sysfs_strong or sysfs_numeric * 2 >= sysfs or hint == "sysfs"):
+        return "sysfs"
+    return "app"

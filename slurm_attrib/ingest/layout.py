@@ -1,0 +1,314 @@
+"""The plain "logs layout" (see the analyze contract):
+
+    PATH/job.json          optional job context (every key optional)
+    PATH/<file>            job-level logs (node None, never trusted)
+    PATH/<node>/<file>     logs of node <node> (the folder's name); deeper files belong to <node>
+
+Hidden files and folders (names starting with `.`) are ignored.  Symbolic links are never
+followed (coverage `skipped`, with where they point); FIFOs, sockets and devices are skipped;
+files that cannot be read are `unreadable`; empty files are `empty` and not among the files.
+Each file keeps at most readers.MAX_FILE_BYTES of (decompressed) content, its newest bytes, and the
+whole evidence at most readers.MAX_TOTAL_BYTES: small files are read first so that one huge file
+cannot crowd out the others.  CRLF line ends are normalised to LF (line numbers are unchanged).
+Files and coverage are sorted by their path relative to PATH.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from slurm_attrib.errors import InputError
+from slurm_attrib.ingest import readers
+from slurm_attrib.ingest.kinds import detect_kind
+from slurm_attrib.ingest.types import CoverageEntry, Evidence, JobContext, SourceFile
+from slurm_attrib.vocab import TRUSTED_KINDS
+
+JOB_FILE = "job.json"
+MAX_JOB_FILE = 16 * readers.MiB
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def load_evidence(path: Path) -> Evidence:
+    """Read a logs-layout directory.  Raises InputError (one line: "<file>: <problem>")."""
+    path = Path(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file or directory") from None
+    except OSError as error:
+        raise InputError(f"{path}: {_one_line(readers._describe(error))}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise InputError(f"{path}: not a directory")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise InputError(f"{path}: permission denied")
+    root = Path(os.path.realpath(path))
+    try:
+        entries = _walk(root)
+    except OSError as error:
+        raise InputError(f"{path}: {_one_line(readers._describe(error))}") from None
+
+    job = JobContext()
+    coverage: list[CoverageEntry] = []
+    candidates: list[tuple[str, str | None, int]] = []  # rel, node, size
+    for rel, node, entry_kind, size, detail in entries:
+        if entry_kind == "file":
+            if rel == JOB_FILE:
+                job = _read_job(path, root / JOB_FILE)
+                continue
+            candidates.append((rel, node, size))
+        else:
+            status = "unreadable" if entry_kind == "unreadable" else "skipped"
+            coverage.append(CoverageEntry(node=node, source=rel, kind=None, status=status, detail=detail))
+    if (root / JOB_FILE).is_symlink() or ((root / JOB_FILE).exists() and not (root / JOB_FILE).is_file()):
+        raise InputError(f"{path / JOB_FILE}: not a regular file")
+
+    files: list[SourceFile] = []
+    budget = readers.MAX_TOTAL_BYTES
+    # Smallest first for the total budget; the output order is by path.
+    for rel, node, _size in sorted(candidates, key=lambda c: (c[2], c[0])):
+        result = readers.read_file(root / rel, min(readers.MAX_FILE_BYTES, budget))
+        if result.status == "skipped" and budget <= 0:
+            coverage.append(CoverageEntry(node, rel, None, "skipped",
+                                          f"evidence size limit ({readers.MAX_TOTAL_BYTES} bytes) reached"))
+            continue
+        if result.status in ("unreadable", "skipped", "empty") or not result.data:
+            status = result.status if result.status != "ok" else "empty"
+            coverage.append(CoverageEntry(node, rel, None, status, result.detail))
+            continue
+        data = result.data
+        if b"\r\n" in data:
+            data = data.replace(b"\r\n", b"\n")
+        budget -= len(data)
+        kind = detect_kind(data, rel)
+        trusted = node is not None and kind in TRUSTED_KINDS
+        files.append(SourceFile(rel=rel, node=node, kind=kind, trusted=trusted, data=data,
+                                line_offset=result.line_offset, compressed=result.compressed))
+        detail = result.detail
+        if result.status == "truncated" and budget <= 0 and not detail:
+            detail = "evidence size limit reached"
+        coverage.append(CoverageEntry(node, rel, kind, result.status, detail))
+
+    files.sort(key=lambda f: f.rel)
+    present = {f.node for f in files} | {c.node for c in coverage}
+    for node in job.nodes:
+        if node not in present:
+            coverage.append(CoverageEntry(node, f"{node}/", None, "missing", "no logs for this node"))
+    coverage.sort(key=lambda c: (c.source, c.node or ""))
+    return Evidence(root=path, job=job, files=files, coverage=coverage)
+
+
+def _walk(root: Path) -> list[tuple[str, str | None, str, int, str]]:
+    """(rel, node, what, size, detail) for every non-hidden entry; what is file|skipped|unreadable."""
+    found: list[tuple[str, str | None, str, int, str]] = []
+    root_text = str(root)
+
+    def visit(directory: str, prefix: str, node: str | None, top: bool) -> None:
+        try:
+            with os.scandir(directory) as iterator:
+                entries = list(iterator)
+        except OSError as error:
+            if top:
+                raise
+            found.append((prefix.rstrip("/") + "/", node, "unreadable", 0, readers._describe(error)))
+            return
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                continue
+            rel = prefix + name
+            owner = node if node is not None else (name if top else None)
+            try:
+                if entry.is_symlink():
+                    found.append((rel, node if not top else None, "skipped", 0,
+                                  _symlink_detail(entry.path, root_text)))
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    visit(entry.path, rel + "/", owner, False)
+                    continue
+                if entry.is_file(follow_symlinks=False):
+                    size = entry.stat(follow_symlinks=False).st_size
+                    found.append((rel, node, "file", size, ""))
+                    continue
+                mode = entry.stat(follow_symlinks=False).st_mode
+                found.append((rel, node, "skipped", 0, f"not a regular file ({readers._file_type(mode)})"))
+            except OSError as error:
+                found.append((rel, node, "unreadable", 0, readers._describe(error)))
+
+    visit(root_text, "", None, True)
+    found.sort(key=lambda item: item[0])
+    return found
+
+
+def _symlink_detail(link: str, root: str) -> str:
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return "symbolic link (not followed)"
+    resolved = os.path.realpath(link)
+    if not os.path.exists(resolved):
+        return f"dangling symbolic link to {target} (not followed)"
+    if resolved != root and not resolved.startswith(root.rstrip("/") + "/"):
+        return "symbolic link pointing outside PATH (not followed)"
+    rel = os.path.relpath(resolved, root).replace(os.sep, "/")
+    return f"symbolic link to {rel} (not followed)"
+
+
+# --------------------------------------------------------------------------------------- job.json
+
+_STATE = re.compile(r"[A-Z_]+")
+
+
+def _read_job(shown: Path, actual: Path) -> JobContext:
+    name = shown / JOB_FILE
+    result = readers.read_file(actual, MAX_JOB_FILE)
+    if result.status in ("unreadable", "skipped"):
+        raise InputError(f"{name}: {_one_line(result.detail or result.status)}")
+    if result.status == "truncated" and not result.compressed:
+        raise InputError(f"{name}: larger than {MAX_JOB_FILE} bytes")
+    try:
+        raw = json.loads(result.data)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise InputError(f"{name}: not valid JSON ({_one_line(error)})") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"{name}: not a JSON object")
+    return JobContext(
+        job_id=_text(name, raw, "job_id"),
+        user=_text(name, raw, "user"),
+        state=_state(name, raw),
+        exit_code=_text(name, raw, "exit_code"),
+        start=_time(name, raw, "start"),
+        end=_time(name, raw, "end"),
+        nodes=_nodes(name, raw),
+        source=JOB_FILE,
+    )
+
+
+def _text(name: Path, raw: dict[str, Any], key: str) -> str | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise InputError(f"{name}: key '{key}' must be a string, not {type(value).__name__}")
+    text = str(value).strip()
+    return text or None
+
+
+def _state(name: Path, raw: dict[str, Any]) -> str | None:
+    text = _text(name, raw, "state")
+    if text is None:
+        return None
+    found = _STATE.match(text.upper())  # "CANCELLED by 1234", "CANCELLED+" -> CANCELLED
+    return found.group(0) if found else text.upper()
+
+
+_NO_TIME = {"", "unknown", "none", "n/a", "null"}
+
+
+def parse_job_time(value: Any) -> float | None:
+    """ISO 8601 (no zone = UTC) or UNIX seconds; raises ValueError when unparsable."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(value)
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(value)
+    text = value.strip()
+    if text.lower() in _NO_TIME:
+        return None
+    if re.fullmatch(r"\d{9,11}(?:\.\d+)?", text):
+        return float(text)
+    if text.endswith(("z", "Z")):
+        text = text[:-1] + "+00:00"
+    stamp = datetime.fromisoformat(text)
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return stamp.timestamp()
+
+
+def _time(name: Path, raw: dict[str, Any], key: str) -> float | None:
+    try:
+        return parse_job_time(raw.get(key))
+    except (ValueError, TypeError, OverflowError):
+        raise InputError(f"{name}: key '{key}' is not an ISO 8601 time: {_one_line(repr(raw.get(key)))[:80]}") from None
+
+
+def _nodes(name: Path, raw: dict[str, Any]) -> tuple[str, ...]:
+    value = raw.get("nodes")
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(expand_hostlist(value))
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InputError(f"{name}: key 'nodes' must be a list of hostnames")
+    out: list[str] = []
+    for item in value:
+        for host in expand_hostlist(item):
+            if host not in out:
+                out.append(host)
+    return tuple(out)
+
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Expand a Slurm hostlist expression ("gpu[01-03,7],login1") into host names."""
+    hosts: list[str] = []
+    for part in _split_top(text.strip()):
+        if not part:
+            continue
+        hosts.extend(_expand_one(part))
+    return hosts
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for char in text:
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth = max(0, depth - 1)
+        if char in ", " and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return [p.strip() for p in parts]
+
+
+def _expand_one(part: str) -> list[str]:
+    opening = part.find("[")
+    closing = part.find("]", opening)
+    if opening < 0 or closing < 0:
+        return [part]
+    head, body, rest = part[:opening], part[opening + 1:closing], part[closing + 1:]
+    values: list[str] = []
+    for item in body.split(","):
+        found = _RANGE.match(item.strip())
+        if not found:
+            return [part]  # not a hostlist: keep it as written
+        low, high = found.group(1), found.group(2)
+        if high is None:
+            values.append(low)
+            continue
+        width = len(low)
+        if int(high) - int(low) > 100000:
+            return [part]
+        values.extend(f"{n:0{width}d}" for n in range(int(low), int(high) + 1))
+    tails = _expand_one(rest) if rest else [""]
+    return [head + v + t for v in values for t in tails]

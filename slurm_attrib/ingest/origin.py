@@ -1,0 +1,104 @@
+"""Where a log line came from, read from its prefixes: host, global rank, srun task.
+
+Recognised prefixes (combinable in this order):
+- `srun --label`: `12: ...` (possibly right-aligned: ` 3: ...`) -> task
+- PyTorch: `[rank3]:...` -> rank
+- NCCL: `host:pid:tid [dev] ...`, optionally after the NCCL 2.26+ WARN time `[2024-12-02 13:04:06] `
+  -> host (NCCL prints the short hostname)
+- syslog / journal headers: RFC 3164 `Dec  2 13:04:06 host prog[pid]: `, journalctl short,
+  short-precise, short-iso(-precise), short-full, RFC 5424 `<pri>1 ts host app procid msgid ...`
+  -> host
+- `[Rank N]` inside PyTorch watchdog / WorkNCCL messages, `[PG 0 Rank N]` / `[PG ID 0 ... Rank N]`
+  (the default process group, whose rank is the global rank) -> rank, when no `[rankN]:` prefix.
+
+Hosts are returned as short hostnames (the part before the first `.`) unless they are IP
+addresses, so that they compare equal to Slurm node names and NCCL's short names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    host: str | None = None
+    rank: int | None = None
+    task: int | None = None
+
+
+NO_ORIGIN = Origin()
+
+_LABEL = re.compile(r" {0,6}(\d{1,6}): ")
+_RANK_PREFIX = re.compile(r"\[(?:rank|RANK)(\d{1,7})\]:")
+_NCCL_TIME = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\] ")
+_NCCL = re.compile(r"([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[-?\d+\] ")
+_HOST = r"(?P<host>[A-Za-z0-9][\w.-]*)"
+_PROG = r" [A-Za-z_(][^\s\[:]*(?:\[\d+\])?:"
+_SYSLOG = re.compile(
+    r"(?:<\d{1,3}>)?(?:"
+    # RFC 3164, journalctl short / short-precise (optional year)
+    r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d{4})?"
+    # journalctl short-full
+    r"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: [A-Z]{1,5})?"
+    # ISO 8601 / journalctl short-iso(-precise) (dot fractions only: `,` is dmesg --time-format iso)
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+    r") " + _HOST + _PROG
+)
+# RFC 5424: <pri>1 TIMESTAMP HOST APP PROCID MSGID ...
+_RFC5424 = re.compile(r"<\d{1,3}>1 (?:\S+) " + _HOST + r" ")
+_WORK_RANK = re.compile(r"\[(?:PG (?:ID )?0 [^\]]*?)?Rank (\d{1,7})\]")
+_IP = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}$")
+
+
+def _short(host: str) -> str | None:
+    if host in ("-", "localhost"):
+        return None
+    if _IP.match(host):
+        return host
+    return host.split(".", 1)[0] or None
+
+
+def line_origin(text: str) -> Origin:
+    """Host, rank and srun task read from the prefixes of one line (None when absent)."""
+    if not text:
+        return NO_ORIGIN
+    if len(text) > 1024:
+        text = text[:1024]
+    pos = 0
+    task = rank = host = None
+    m = _LABEL.match(text)
+    if m is not None:
+        task = int(m.group(1))
+        pos = m.end()
+    m = _RANK_PREFIX.match(text, pos)
+    if m is not None:
+        rank = int(m.group(1))
+        pos = m.end()
+    first = text[pos:pos + 1]
+    if first == "[":
+        m = _NCCL_TIME.match(text, pos)
+        if m is not None:
+            m = _NCCL.match(text, m.end())
+            if m is not None:
+                host = _short(m.group(1))
+    elif first == "<":
+        m = _RFC5424.match(text, pos) or _SYSLOG.match(text, pos)
+        if m is not None:
+            host = _short(m["host"])
+    elif first:
+        m = _SYSLOG.match(text, pos) if (first.isupper() or first.isdigit()) else None
+        if m is not None:
+            host = _short(m["host"])
+        else:
+            m = _NCCL.match(text, pos)
+            if m is not None:
+                host = _short(m.group(1))
+    if rank is None and "Rank " in text:
+        m = _WORK_RANK.search(text, pos)
+        if m is not None:
+            rank = int(m.group(1))
+    if task is None and rank is None and host is None:
+        return NO_ORIGIN
+    return Origin(host, rank, task)

@@ -1,0 +1,223 @@
+"""Safe, bounded reading of one evidence file.
+
+- Never follows symbolic links (O_NOFOLLOW) and reads regular files only (FIFOs, sockets and
+  devices would block or never end).
+- gzip is recognised by its magic bytes (`1f 8b`), whatever the name; concatenated members are
+  read; a truncated or corrupt stream yields what could be decompressed, status `truncated`.
+- A file larger than the cap keeps its newest bytes (the tail), cut at a line start, status
+  `truncated`; the number of lines dropped before the kept part is counted so that line numbers
+  can be reported against the original file.
+- Errors (permission denied, I/O errors) become status `unreadable`, never an exception.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import zlib
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+MiB = 1 << 20
+GiB = 1 << 30
+MAX_FILE_BYTES = 512 * MiB  # per file, after decompression
+MAX_TOTAL_BYTES = 2 * GiB  # whole evidence
+CHUNK = 4 * MiB
+# Lines dropped before a kept tail are counted by reading the dropped part; beyond this many
+# bytes the count is not attempted (line_offset None: numbers are relative to the kept data).
+MAX_COUNTED_SKIP = 8 * GiB
+# Decompression is stopped after this much output (gzip bombs); the tail kept is then that of
+# the decompressed prefix, status `truncated`.
+MAX_DECOMPRESSED = 16 * GiB
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass
+class ReadResult:
+    data: bytes
+    status: str  # ok | empty | truncated | unreadable | skipped
+    detail: str = ""
+    compressed: bool = False
+    line_offset: int | None = 0  # lines of the original (decompressed) file before data's first
+
+
+def _describe(error: OSError) -> str:
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if error.errno == errno.ELOOP:
+        return "symbolic link (not followed)"
+    return error.strerror or type(error).__name__
+
+
+def _file_type(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISLNK(mode):
+        return "symbolic link"
+    return "special file"
+
+
+def read_file(path: Path | str, cap: int = MAX_FILE_BYTES) -> ReadResult:
+    """Read one file safely: at most `cap` bytes of (decompressed) content, the newest kept."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return ReadResult(b"", "skipped", "symbolic link (not followed)")
+        return ReadResult(b"", "unreadable", _describe(error))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return ReadResult(b"", "skipped", f"not a regular file ({_file_type(info.st_mode)})")
+        if cap <= 0:
+            return ReadResult(b"", "skipped", "evidence size limit reached")
+        with os.fdopen(fd, "rb", buffering=0, closefd=False) as stream:
+            magic = stream.read(2)
+            stream.seek(0)
+            if magic == GZIP_MAGIC:
+                return _read_gzip(stream, cap)
+            return _read_plain(stream, info.st_size, cap)
+    except OSError as error:
+        return ReadResult(b"", "unreadable", _describe(error))
+    finally:
+        os.close(fd)
+
+
+def _read_exact(stream, size: int) -> bytes:
+    parts = []
+    remaining = size
+    while remaining > 0:
+        chunk = stream.read(min(remaining, CHUNK * 4))
+        if not chunk:
+            break
+        parts.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(parts)
+
+
+def _count_newlines(stream, size: int) -> int:
+    count = 0
+    remaining = size
+    while remaining > 0:
+        chunk = stream.read(min(remaining, CHUNK * 4))
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        remaining -= len(chunk)
+    return count
+
+
+def _cut_to_line(data: bytes, dropped_lines: int | None, at_line_start: bool) -> tuple[bytes, int | None]:
+    """Drop the partial first line of a kept tail; return the data and the lines before it."""
+    if at_line_start:
+        return data, dropped_lines
+    cut = data.find(b"\n")
+    if 0 <= cut < len(data) - 1:
+        data = data[cut + 1:]
+        return data, None if dropped_lines is None else dropped_lines + 1
+    return data, dropped_lines  # one huge line: keep its tail as is
+
+
+def _read_plain(stream, size: int, cap: int) -> ReadResult:
+    if size <= cap:
+        data = _read_exact(stream, cap)
+        more = stream.read(1)
+        if not data:
+            return ReadResult(b"", "empty")
+        if more:  # the file grew while being read: keep what was read
+            return ReadResult(data, "truncated", f"file grew while reading; first {len(data)} bytes kept")
+        return ReadResult(data, "ok")
+    skipped = size - cap
+    dropped: int | None = None
+    if skipped <= MAX_COUNTED_SKIP:
+        dropped = _count_newlines(stream, skipped)
+    stream.seek(skipped - 1)
+    at_line_start = stream.read(1) == b"\n"
+    data = _read_exact(stream, cap)
+    data, offset = _cut_to_line(data, dropped, at_line_start)
+    return ReadResult(data, "truncated", f"{size} bytes; only the last {len(data)} bytes kept", False, offset)
+
+
+def _read_gzip(stream, cap: int) -> ReadResult:
+    kept: deque[bytes] = deque()
+    kept_size = 0
+    dropped_lines = 0
+    last_dropped = b"\n"
+    produced = 0
+    problem = ""
+
+    def keep(chunk: bytes) -> None:
+        nonlocal kept_size, dropped_lines, last_dropped
+        if not chunk:
+            return
+        kept.append(chunk)
+        kept_size += len(chunk)
+        while kept and kept_size - len(kept[0]) >= cap:
+            old = kept.popleft()
+            kept_size -= len(old)
+            dropped_lines += old.count(b"\n")
+            last_dropped = old[-1:]
+
+    decomp = zlib.decompressobj(wbits=31)
+    pending = b""
+    stream_done = False
+    try:
+        while True:
+            if not pending and not stream_done:
+                pending = stream.read(CHUNK)
+                stream_done = not pending
+            flushed = False
+            if pending:
+                out = decomp.decompress(pending, CHUNK)
+                pending = decomp.unconsumed_tail
+            else:  # no more input: whatever zlib still holds
+                out = decomp.flush()
+                flushed = True
+            produced += len(out)
+            keep(out)
+            if decomp.eof:
+                rest = decomp.unused_data + pending
+                pending = b""
+                if not rest and not stream_done:
+                    rest = stream.read(CHUNK)
+                    stream_done = not rest
+                if rest and rest.startswith(GZIP_MAGIC[: len(rest)]):
+                    decomp = zlib.decompressobj(wbits=31)  # next member
+                    pending = rest
+                    continue
+                break  # complete (trailing garbage after the last member is ignored)
+            if flushed:
+                problem = "gzip stream truncated"
+                break
+            if produced > MAX_DECOMPRESSED:
+                problem = f"decompression stopped after {produced} bytes"
+                break
+    except zlib.error as error:
+        problem = f"corrupt gzip data ({error})"
+    data = b"".join(kept)
+    kept.clear()
+    offset: int | None = 0
+    if len(data) > cap:
+        head = len(data) - cap
+        dropped_lines += data.count(b"\n", 0, head)
+        last_dropped = data[head - 1:head]
+        data = data[head:]
+    if produced > len(data):
+        data, offset = _cut_to_line(data, dropped_lines, last_dropped == b"\n")
+        problem = problem or f"{produced} bytes decompressed; only the last {len(data)} bytes kept"
+    if not data:
+        if problem:
+            return ReadResult(b"", "unreadable", problem, True)
+        return ReadResult(b"", "empty", "gzip", True)
+    if problem:
+        return ReadResult(data, "truncated", problem, True, offset)
+    return ReadResult(data, "ok", "gzip", True, offset)

@@ -1,0 +1,272 @@
+"""Line times: the leading timestamp of a log line, normalised to UNIX seconds (UTC).
+
+A line carries a wall-clock time (`wall`, UNIX seconds UTC), a kernel monotonic stamp (`mono`,
+seconds since boot), both (syslog/journal kernel lines such as
+`Dec  2 13:04:06 host kernel: [12345.678901] ...`) or neither.
+
+Only a *leading* timestamp counts, after optional prefixes: an `srun --label` task prefix
+(`12: `), a PyTorch `[rankN]:` prefix, a syslog `<PRI>` and RFC 5424 version, a `dmesg -x`
+facility/level prefix (`kern  :err   : `) and leading blanks.  A time inside the message (Slurm's
+`CANCELLED AT 2024-04-20T09:09:37`) is not the line's time.
+
+Conventions:
+- A time without a zone is UTC.  Zoned times (ISO 8601 `+01:00`, `+0100`, `Z`) are converted.
+- Formats without a year (RFC 3164 `Dec  2 13:04:06`, journalctl short/short-precise, glog
+  `E1202 13:04:06.123456`) take the year from `year_hint`; with no hint their `wall` is None
+  (guessing a year would make the output depend on when it runs).  A kernel mono stamp on the
+  same line is still returned.
+- The `dmesg` delta format `[  +0.000316]` carries no absolute time: LineTime(None, None).
+- Impossible dates (month 13, Feb 30, hour 25) give no wall time.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import statistics
+import time
+from dataclasses import dataclass
+
+from slurm_attrib.ingest.types import Evidence, JobContext
+
+
+@dataclass(frozen=True, slots=True)
+class LineTime:
+    wall: float | None = None  # UNIX seconds, UTC
+    mono: float | None = None  # seconds since boot (kernel ring-buffer stamp)
+
+
+NO_TIME = LineTime(None, None)
+
+_MONTHS = {m: i for i, m in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
+_MON = r"(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_DOW = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
+_HMS = r"(?P<H>\d\d):(?P<M>\d\d):(?P<S>\d\d)"
+_FRAC = r"(?:[.,](?P<frac>\d{1,9}))?"
+_ZONE = r"(?P<zone>Z|[+-]\d\d(?::?\d\d)?)?"
+
+# Prefixes stripped before looking for the leading timestamp.
+_PREFIX = re.compile(
+    r"\s*(?:\d{1,6}: )?"  # srun --label
+    r"(?:\[(?:rank|RANK)\d+\]:)?"  # PyTorch [rankN]:
+    r"(?:<\d{1,3}>(?:1 )?)?"  # syslog <PRI>, RFC 5424 version
+    r"(?:[a-z]{2,8} *:[a-z]{2,7} *: )?"  # dmesg -x "kern  :err   : "
+    r"\s*"
+)
+
+# ISO 8601 / RFC 3339 / RFC 5424 / journalctl short-iso(-precise) / dmesg --time-format iso /
+# Python logging (`2024-12-02 13:04:06,123`) / slurmd `[2024-12-02T13:04:06.123]`.
+_ISO = re.compile(
+    r"(?P<y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d)[T ]" + _HMS + _FRAC + r" ?" + _ZONE + r"(?![\d:])"
+)
+# RFC 3164 and journalctl short / short-precise: `Dec  2 13:04:06`, `Dec 02 13:04:06.123456`.
+_BSD = re.compile(_MON + r" +(?P<d>\d{1,2}) " + _HMS + _FRAC + r"(?: (?P<y>\d{4})(?= ))?(?![\d:])")
+# ctime style: `Tue Apr  9 01:21:38 2024` (dmesg -T, inside brackets) or without a year.
+_CTIME = re.compile(_DOW + r" " + _MON + r" +(?P<d>\d{1,2}) " + _HMS + _FRAC + r"(?: (?P<y>\d{4}))?(?![\d:])")
+# journalctl short-full: `Mon 2024-12-02 13:04:06 UTC`.
+_FULL = re.compile(
+    _DOW + r" (?P<y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d) " + _HMS + _FRAC + r"(?: (?P<abbr>[A-Z]{1,5}))?(?![\d:])"
+)
+# glog: `E1202 13:04:06.123456` (severity letter, MMDD).
+_GLOG = re.compile(r"[IWEFD](?P<m>\d\d)(?P<d>\d\d) " + _HMS + _FRAC + r"(?![\d:])")
+# dmesg mono stamp: `[  123.456789]`.
+_MONO = re.compile(r"\[\s*(?P<mono>\d+\.\d+)\]")
+_DELTA = re.compile(r"\[\s*[+-]\d+\.\d+\]")
+# torchrun elastic error block: `time      : 2022-02-26_22:02:07`.
+_ELASTIC = re.compile(r"time\s*: (?P<y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d)_" + _HMS + r"(?![\d:])")
+# After a syslog header: `host prog[pid]: [12345.678901] ...` (kernel mono inside a syslog line).
+_AFTER_HEADER_MONO = re.compile(r" +\S+ +kernel: +\[\s*(?P<mono>\d+\.\d+)\]")
+_UTC_ABBR = {"UTC", "GMT", "Z", "UT"}
+
+
+def _frac(text: str | None) -> float:
+    return float("0." + text) if text else 0.0
+
+
+def _zone_offset(zone: str | None) -> int:
+    if not zone or zone == "Z":
+        return 0
+    sign = -1 if zone[0] == "-" else 1
+    digits = zone[1:].replace(":", "")
+    hours = int(digits[:2])
+    minutes = int(digits[2:4]) if len(digits) >= 4 else 0
+    return sign * (hours * 3600 + minutes * 60)
+
+
+def _wall(year: int, month: int, day: int, hour: int, minute: int, second: int, frac: float,
+          offset: int = 0) -> float | None:
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour <= 23 and minute <= 59 and second <= 60):
+        return None
+    if not 1 <= year <= 9999 or day > calendar.monthrange(year, month)[1]:
+        return None
+    return calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + frac - offset
+
+
+def _from_iso(m: re.Match) -> float | None:
+    return _wall(int(m["y"]), int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]), int(m["S"]),
+                 _frac(m["frac"]), _zone_offset(m["zone"]))
+
+
+def _from_month_name(m: re.Match, year_hint: int | None) -> float | None:
+    year = int(m["y"]) if m["y"] else year_hint
+    if year is None:
+        return None
+    return _wall(year, _MONTHS[m["mon"]], int(m["d"]), int(m["H"]), int(m["M"]), int(m["S"]),
+                 _frac(m["frac"]))
+
+
+def _syslog_mono(text: str, pos: int) -> float | None:
+    """The kernel mono stamp after a syslog header ending at pos, if any."""
+    found = _AFTER_HEADER_MONO.match(text, pos)
+    return float(found["mono"]) if found else None
+
+
+def parse_line_time(text: str, year_hint: int | None) -> LineTime:
+    """The leading time of one log line (see the module docstring for the formats)."""
+    if not text:
+        return NO_TIME
+    if len(text) > 512:
+        text = text[:512]
+    pos = _PREFIX.match(text).end()
+    if pos >= len(text):
+        return NO_TIME
+    first = text[pos]
+    if first == "[":
+        return _bracketed(text, pos, year_hint)
+    if first.isdigit():
+        m = _ISO.match(text, pos)
+        if m is None:
+            return NO_TIME
+        # dmesg --time-format iso (`,123456+00:00`) has no host field; syslog ISO lines may carry
+        # a kernel mono stamp after `host kernel:`.
+        mono = None if "," in m.group(0) else _syslog_mono(text, m.end())
+        return LineTime(_from_iso(m), mono)
+    if first in "JFMASOND":
+        m = _BSD.match(text, pos)
+        if m is not None:
+            return LineTime(_from_month_name(m, year_hint), _syslog_mono(text, m.end()))
+    if first in "IWEFD":
+        m = _GLOG.match(text, pos)
+        if m is not None:
+            if year_hint is None:
+                return NO_TIME
+            return LineTime(_wall(year_hint, int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]),
+                                  int(m["S"]), _frac(m["frac"])), None)
+    if first in "MTWFS":
+        m = _CTIME.match(text, pos)
+        if m is not None:
+            return LineTime(_from_month_name(m, year_hint), None)
+        m = _FULL.match(text, pos)
+        if m is not None:
+            abbr = m["abbr"]
+            if abbr and abbr not in _UTC_ABBR:
+                return NO_TIME  # a zone abbreviation we cannot resolve
+            wall = _wall(int(m["y"]), int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]),
+                         int(m["S"]), _frac(m["frac"]))
+            return LineTime(wall, _syslog_mono(text, m.end()))
+    if first == "t":
+        m = _ELASTIC.match(text, pos)
+        if m is not None:
+            return LineTime(_wall(int(m["y"]), int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]),
+                                  int(m["S"]), 0.0), None)
+    return NO_TIME
+
+
+def _bracketed(text: str, pos: int, year_hint: int | None) -> LineTime:
+    m = _MONO.match(text, pos)
+    if m is not None:
+        return LineTime(None, float(m["mono"]))
+    if _DELTA.match(text, pos):
+        return NO_TIME
+    inner = pos + 1
+    if inner >= len(text):
+        return NO_TIME
+    first = text[inner]
+    if first.isdigit():  # [2024-12-02 13:04:06] (NCCL 2.26+), [2024-12-02T13:04:06.123] (slurmd)
+        m = _ISO.match(text, inner)
+        if m is not None and text.startswith("]", m.end()):
+            return LineTime(_from_iso(m), None)
+        return NO_TIME
+    if first in "MTWFS":  # dmesg -T: [Tue Apr  9 01:21:38 2024]
+        m = _CTIME.match(text, inner)
+        if m is not None:
+            return LineTime(_from_month_name(m, year_hint), None)
+    if first in "IWEFD":  # PyTorch glog: [E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629]
+        m = _GLOG.match(text, inner)
+        if m is not None and year_hint is not None:
+            return LineTime(_wall(year_hint, int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]),
+                                  int(m["S"]), _frac(m["frac"])), None)
+        return NO_TIME
+    if first in "JFMASOND":  # [Dec  2 13:04:06] and similar
+        m = _BSD.match(text, inner)
+        if m is not None:
+            return LineTime(_from_month_name(m, year_hint), None)
+    return NO_TIME
+
+
+def _line_text(data: bytes, start: int, end: int) -> str:
+    return data[start:min(end, start + 512)].decode("utf-8", errors="replace")
+
+
+def time_before(data: bytes, offset: int, year_hint: int | None, max_lines: int = 30) -> LineTime:
+    """The time of the nearest line *before* the line starting at `offset` that carries one.
+
+    Looks back at most `max_lines` lines; LineTime(None, None) when none of them has a time.
+    The line at `offset` itself is not considered (parse it with parse_line_time).
+    """
+    offset = max(0, min(offset, len(data)))
+    line_start = data.rfind(b"\n", 0, offset) + 1  # tolerant of offsets inside a line
+    end = line_start - 1  # the newline ending the previous line
+    for _ in range(max_lines):
+        if end < 0:
+            break
+        start = data.rfind(b"\n", 0, end) + 1
+        found = parse_line_time(_line_text(data, start, end), year_hint)
+        if found.wall is not None or found.mono is not None:
+            return found
+        end = start - 1
+    return NO_TIME
+
+
+def year_hint(job: JobContext) -> int | None:
+    """The year of the job (from its start, else its end), for year-less timestamps."""
+    for value in (job.start, job.end):
+        if value is not None:
+            return time.gmtime(value).tm_year
+    return None
+
+
+_KERNEL_PAIR = re.compile(rb"kernel: +\[\s*\d+\.\d+\]")
+_MAX_PAIRS_PER_NODE = 2000
+
+
+def estimate_boot_times(evidence: Evidence) -> dict[str, float]:
+    """Per node, the boot time (wall - mono, UNIX seconds) from lines carrying both stamps.
+
+    Observations come from the node's own files and from job-level files whose syslog host
+    field names a node; the median of the observations is taken (robust to syslog daemons that
+    stamp early boot messages with their receive time).  Nodes without such lines are absent.
+    """
+    from slurm_attrib.ingest.origin import line_origin
+
+    hint = year_hint(evidence.job)
+    observations: dict[str, list[float]] = {}
+    for source in evidence.files:
+        if source.kind not in ("kernel", "syslog"):
+            continue
+        data = source.data
+        for found in _KERNEL_PAIR.finditer(data):
+            start = data.rfind(b"\n", 0, found.start()) + 1
+            end = data.find(b"\n", found.end())
+            text = _line_text(data, start, len(data) if end < 0 else end)
+            stamp = parse_line_time(text, hint)
+            if stamp.wall is None or stamp.mono is None:
+                continue
+            node = source.node if source.node is not None else line_origin(text).host
+            if node is None:
+                continue
+            seen = observations.setdefault(node, [])
+            if len(seen) < _MAX_PAIRS_PER_NODE:
+                seen.append(stamp.wall - stamp.mono)
+    return {node: statistics.median(values) for node, values in sorted(observations.items()) if values}
