@@ -69,14 +69,17 @@ def load_evidence(path: Path) -> Evidence:
         else:
             status = "unreadable" if entry_kind == "unreadable" else "skipped"
             coverage.append(CoverageEntry(node=node, source=rel, kind=None, status=status, detail=detail))
-    if (root / JOB_FILE).is_symlink() or ((root / JOB_FILE).exists() and not (root / JOB_FILE).is_file()):
+    if (root / JOB_FILE).is_symlink():
+        raise InputError(f"{path / JOB_FILE}: symbolic link (not followed)")
+    if (root / JOB_FILE).exists() and not (root / JOB_FILE).is_file():
         raise InputError(f"{path / JOB_FILE}: not a regular file")
 
     files: list[SourceFile] = []
     budget = readers.MAX_TOTAL_BYTES
     # Smallest first for the total budget; the output order is by path.
     for rel, node, _size in sorted(candidates, key=lambda c: (c[2], c[0])):
-        result = readers.read_file(root / rel, min(readers.MAX_FILE_BYTES, budget))
+        cap = min(readers.MAX_FILE_BYTES, budget)
+        result = readers.read_file(root / rel, cap)
         if result.status == "skipped" and budget <= 0:
             coverage.append(CoverageEntry(node, rel, None, "skipped",
                                           f"evidence size limit ({readers.MAX_TOTAL_BYTES} bytes) reached"))
@@ -94,8 +97,8 @@ def load_evidence(path: Path) -> Evidence:
         files.append(SourceFile(rel=rel, node=node, kind=kind, trusted=trusted, data=data,
                                 line_offset=result.line_offset, compressed=result.compressed))
         detail = result.detail
-        if result.status == "truncated" and budget <= 0 and not detail:
-            detail = "evidence size limit reached"
+        if result.status == "truncated" and cap < readers.MAX_FILE_BYTES:
+            detail = f"{detail} (evidence size limit of {readers.MAX_TOTAL_BYTES} bytes reached)"
         coverage.append(CoverageEntry(node, rel, kind, result.status, detail))
 
     files.sort(key=lambda f: f.rel)

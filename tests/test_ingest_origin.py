@@ -1,0 +1,71 @@
+import pytest
+
+from slurm_attrib.ingest.origin import Origin, line_origin
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        # NCCL prefix (<= 2.25 and 2.26+ with the WARN timestamp)
+        ("node-2:5776:5898 [0] NCCL INFO NET/IB : Using [0]ibP111p0s0:1/IB", Origin("node-2")),
+        ("task-646--1-mhpnk:91:123 [0] transport/net_ib.cc:881 NCCL WARN NET/IB : Got completion",
+         Origin("task-646--1-mhpnk")),
+        ("[2024-12-02 13:04:06] gpu07:1234:5678 [3] transport/net_ib.cc:1296 NCCL WARN x", Origin("gpu07")),
+        ("gpu07:1234:5678 [-1] NCCL INFO comm 0x1 rank 3", Origin("gpu07")),
+        # PyTorch [rankN]: prefix
+        ("[rank11]: torch.OutOfMemoryError: CUDA out of memory.", Origin(rank=11)),
+        ("[rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught", Origin(rank=0)),
+        # [Rank N] inside watchdog lines
+        ("[E ProcessGroupNCCL.cpp:414] [Rank 16] Watchdog caught collective operation timeout", Origin(rank=16)),
+        ("[Rank 16] NCCL watchdog thread terminated with exception: NCCL error", Origin(rank=16)),
+        ("[PG ID 0 PG GUID 0(default_pg) Rank 5] Process group watchdog thread terminated", Origin(rank=5)),
+        ("[PG 0 Rank 5] Timeout at NCCL work", Origin(rank=5)),
+        # srun --label
+        ("12: Traceback (most recent call last):", Origin(task=12)),
+        (" 3: hello", Origin(task=3)),
+        ("12: [rank12]: OSError: [Errno 116] Stale file handle", Origin(rank=12, task=12)),
+        ("7: gpu03:11:22 [1] NCCL INFO Init COMPLETE", Origin("gpu03", task=7)),
+        ("7: [2024-12-02 13:04:06] gpu03:11:22 [1] misc.cc:1 NCCL WARN x", Origin("gpu03", task=7)),
+        # syslog host fields
+        ("Dec  2 13:04:06 gpu01 kernel: NVRM: Xid (PCI:0000:a1:00): 79", Origin("gpu01")),
+        ("Dec 02 13:04:06.123456 gpu01.cluster.example.org slurmd[123]: error: x", Origin("gpu01")),
+        ("2024-12-02T13:04:06+0100 gpu02 kernel: mlx5_core 0000:3b:00.0: link down", Origin("gpu02")),
+        ("2024-12-02T13:04:06.123456+01:00 gpu02 systemd[1]: Started", Origin("gpu02")),
+        ("Mon 2024-12-02 13:04:06 UTC gpu04 kernel: x", Origin("gpu04")),
+        ("<165>1 2024-12-02T13:04:06.123Z gpu05.example.org nvidia-persistenced 123 - - msg", Origin("gpu05")),
+        ("<13>Dec  2 13:04:06 gpu06 prog: msg", Origin("gpu06")),
+        ("Dec  2 13:04:06 10.1.2.3 kernel: x", Origin("10.1.2.3")),
+    ],
+)
+def test_origins(line, expected):
+    assert line_origin(line) == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "Traceback (most recent call last):",
+        "[  123.456789] NVRM: Xid (PCI:0000:a1:00): 79, GPU has fallen off the bus.",
+        # dmesg --time-format iso has no host field
+        "2024-04-09T01:21:38,123456+00:00 pcieport 0000:00:03.0: AER: Corrected error received",
+        "[Tue Apr  9 01:21:38 2024] NVRM: GPU at PCI:0000:a1:00",
+        "slurmstepd: error: *** JOB 494583 ON gpu01 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***",
+        "2024-12-02 13:04:06,123 - root - INFO - hello",
+        "  host      : jean-zay-iam39-ib0",
+        # a non-default process group's rank is not the global rank
+        "[PG ID 3 PG GUID 7(tp) Rank 1] Timeout",
+        "12:30:45 up 3 days",
+    ],
+)
+def test_no_origin(line):
+    assert line_origin(line) == Origin(None, None, None)
+
+
+def test_long_line_is_cheap():
+    import time
+
+    line = "12: [rank3]: " + "y" * 20_000_000
+    start = time.perf_counter()
+    assert line_origin(line) == Origin(rank=3, task=12)
+    assert time.perf_counter() - start < 0.5

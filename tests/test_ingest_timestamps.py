@@ -1,0 +1,188 @@
+import calendar
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_attrib.ingest.timestamps import (
+    LineTime,
+    estimate_boot_times,
+    parse_line_time,
+    time_before,
+    year_hint,
+)
+from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
+
+
+def utc(y, mo, d, h, mi, s, frac=0.0):
+    return calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) + frac
+
+
+T = utc(2024, 12, 2, 13, 4, 6)
+
+
+@pytest.mark.parametrize(
+    "line, hint, wall, mono",
+    [
+        # dmesg, seconds since boot
+        ("[  123.456789] NVRM: Xid (PCI:0000:a1:00): 79, GPU has fallen off the bus.", None, None, 123.456789),
+        ("[25033.266922] nvidia-peermem nv_get_p2p_free_callback:127 ERROR", 2024, None, 25033.266922),
+        # dmesg -T (the year is in the line)
+        ("[Tue Apr  9 01:21:38 2024] NVRM: Xid (PCI:0000:a1:00): 79", None, utc(2024, 4, 9, 1, 21, 38), None),
+        # dmesg --time-format iso
+        ("2024-04-09T01:21:38,123456+00:00 NVRM: Xid 79", None, utc(2024, 4, 9, 1, 21, 38, 0.123456), None),
+        ("2024-04-09T03:21:38,500000+02:00 NVRM: Xid 79", None, utc(2024, 4, 9, 1, 21, 38, 0.5), None),
+        # RFC 3164 (year from the hint)
+        ("Dec  2 13:04:06 gpu01 kernel: NVRM: Xid 79", 2024, T, None),
+        ("Dec  2 13:04:06 gpu01 slurmd[123]: error: foo", 2023, utc(2023, 12, 2, 13, 4, 6), None),
+        ("<13>Dec  2 13:04:06 gpu01 prog: msg", 2024, T, None),
+        # RFC 5424 / ISO 8601 with zone
+        ("<165>1 2024-12-02T13:04:06.123+01:00 gpu01 app 1 - - msg", None, T - 3600 + 0.123, None),
+        ("2024-12-02T13:04:06.123Z gpu01 app: msg", None, T + 0.123, None),
+        ("2024-12-02T13:04:06-05:30 gpu01 app: msg", None, T + 5.5 * 3600, None),
+        # journalctl short / short-precise / short-iso / short-iso-precise / short-full
+        ("Dec 02 13:04:06 gpu01 kernel: mlx5_core: link down", 2024, T, None),
+        ("Dec 02 13:04:06.123456 gpu01 kernel: msg", 2024, T + 0.123456, None),
+        ("2024-12-02T13:04:06+0100 gpu01 kernel: msg", None, T - 3600, None),
+        ("2024-12-02T13:04:06.654321+0100 gpu01 kernel: msg", None, T - 3600 + 0.654321, None),
+        ("Mon 2024-12-02 13:04:06 UTC gpu01 kernel: msg", None, T, None),
+        # syslog line with the kernel's mono stamp: both
+        ("Dec  2 13:04:06 gpu01 kernel: [12345.678901] NVRM: Xid 79", 2024, T, 12345.678901),
+        ("2024-12-02T13:04:06+00:00 gpu01 kernel: [  42.5] pcieport: AER", None, T, 42.5),
+        # glog and PyTorch glog prefix (year from the hint)
+        ("E1202 13:04:06.123456 12345 file.cc:12] boom", 2024, T + 0.123456, None),
+        ("W1026 03:51:31.222000 2521679 site-packages/torch/distributed/elastic/multiprocessing/api.py:908] x",
+         2025, utc(2025, 10, 26, 3, 51, 31, 0.222), None),
+        ("[rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught", 2024,
+         utc(2024, 12, 18, 20, 27, 21, 0.426415540), None),
+        # NCCL 2.26+ WARN timestamp
+        ("[2024-12-02 13:04:06] gpu01:1234:5678 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB", None, T, None),
+        # torchrun elastic error block
+        ("  time      : 2022-02-26_22:02:07", None, utc(2022, 2, 26, 22, 2, 7), None),
+        # Python logging
+        ("2024-12-02 13:04:06,123 - root - INFO - hello", None, T + 0.123, None),
+        ("[2024-12-02 13:04:06,500] [INFO] hello", None, T + 0.5, None),
+        # slurmd log
+        ("[2024-12-02T13:04:06.250] error: Node configuration differs", None, T + 0.25, None),
+        # srun --label and [rankN]: prefixes
+        ("12: 2024-12-02 13:04:06,123 - root - INFO - hello", None, T + 0.123, None),
+        (" 3: [rank3]:[W1202 13:04:06.000000000 ProcessGroupNCCL.cpp:1] x", 2024, T, None),
+        ("12: [2024-12-02 13:04:06] gpu01:1:2 [0] NCCL WARN x", None, T, None),
+        # dmesg -x facility prefix
+        ("kern  :err   : [  123.456] NVRM: Xid", None, None, 123.456),
+    ],
+)
+def test_formats(line, hint, wall, mono):
+    got = parse_line_time(line, hint)
+    if wall is None:
+        assert got.wall is None
+    else:
+        assert got.wall == pytest.approx(wall, abs=1e-6)
+    if mono is None:
+        assert got.mono is None
+    else:
+        assert got.mono == pytest.approx(mono)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "slurmstepd: error: *** JOB 494583 ON ... CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***",
+        "Traceback (most recent call last):",
+        "",
+        "   ",
+        "[  +0.000316] pcieport 0000:00:03.0: AER: Corrected error received",  # delta: no absolute time
+        "torch.distributed.DistBackendError: NCCL error in: x",
+        "12: no time here",
+        "[rank11]: torch.OutOfMemoryError: CUDA out of memory.",
+        "Dec 32 13:04:06 host kernel: impossible day",
+        "2024-13-02T13:04:06 month 13",
+        "2023-02-29 12:00:00 not a leap year",
+        "Feb 30 12:00:00 host kernel: x",
+        "\x00\x00\x00 binary",
+        "Epoch: [0][415/1736]\t Loss 0.5844",
+    ],
+)
+def test_no_time(line):
+    assert parse_line_time(line, 2024) == LineTime(None, None)
+
+
+def test_year_less_formats_without_hint_have_no_wall():
+    assert parse_line_time("Dec  2 13:04:06 gpu01 kernel: msg", None).wall is None
+    assert parse_line_time("E1202 13:04:06.123456 1 f.cc:1] x", None).wall is None
+    both = parse_line_time("Dec  2 13:04:06 gpu01 kernel: [12.5] x", None)
+    assert both == LineTime(None, 12.5)
+
+
+def test_timestamp_inside_message_is_not_the_line_time():
+    got = parse_line_time("srun: error: gpu01: task 3: Exited at 2024-04-20T09:09:37", 2024)
+    assert got == LineTime(None, None)
+
+
+def test_long_line_is_cheap():
+    line = "[  1.5] " + "x" * 50_000_000
+    start = time.perf_counter()
+    assert parse_line_time(line, None).mono == 1.5
+    assert time.perf_counter() - start < 0.5
+
+
+def test_time_before():
+    data = (
+        b"[  10.000000] first\n"
+        b"    continuation a\n"
+        b"    continuation b\n"
+        b"[  12.000000] second\n"
+        b"    continuation c\n"
+        b"    continuation d\n"
+    )
+    offset_d = data.index(b"    continuation d")
+    assert time_before(data, offset_d, None) == LineTime(None, 12.0)
+    offset_second = data.index(b"[  12.000000]")
+    assert time_before(data, offset_second, None) == LineTime(None, 10.0)  # earlier lines only
+    assert time_before(data, 0, None) == LineTime(None, None)
+    offset_a = data.index(b"    continuation a")
+    assert time_before(data, offset_a, None).mono == 10.0
+    # bounded look-back
+    many = b"[  5.0] start\n" + b"no time\n" * 40 + b"target\n"
+    assert time_before(many, many.index(b"target"), None, max_lines=30) == LineTime(None, None)
+    assert time_before(many, many.index(b"target"), None, max_lines=50).mono == 5.0
+
+
+def test_time_before_with_wall_times():
+    data = b"2024-12-02 13:04:06,000 - x - ERROR - boom\nTraceback (most recent call last):\n  File x\n"
+    assert time_before(data, data.index(b"  File"), None).wall == pytest.approx(T)
+
+
+def test_year_hint():
+    assert year_hint(JobContext()) is None
+    assert year_hint(JobContext(start=utc(2023, 12, 31, 23, 0, 0))) == 2023
+    assert year_hint(JobContext(end=utc(2025, 1, 1, 0, 0, 1))) == 2025
+    assert year_hint(JobContext(start=utc(2023, 6, 1, 0, 0, 0), end=utc(2024, 6, 1, 0, 0, 0))) == 2023
+
+
+def test_estimate_boot_times():
+    boot = T - 1000.0
+    node_a = (
+        b"Dec  2 13:04:06 gpu01 kernel: [ 1000.000000] NVRM: Xid 79\n"
+        b"Dec  2 13:04:07 gpu01 kernel: [ 1001.000000] NVRM: more\n"
+        # an early-boot message stamped with the syslog daemon's receive time: an outlier
+        b"Dec  2 13:05:00 gpu01 kernel: [    1.000000] early boot\n"
+        b"Dec  2 13:04:08 gpu01 systemd[1]: started\n"
+    )
+    dmesg_only = b"[  123.456] NVRM: Xid\n"
+    job_level = b"2024-12-02T13:04:06+00:00 gpu02 kernel: [  500.000000] mlx5: link down\n"
+    ev = Evidence(
+        root=Path("."),
+        job=JobContext(start=T - 10),
+        files=[
+            SourceFile("gpu01/syslog", "gpu01", "syslog", True, node_a),
+            SourceFile("gpu03/dmesg.txt", "gpu03", "kernel", True, dmesg_only),
+            SourceFile("all.log", None, "syslog", False, job_level),
+            SourceFile("app.log", None, "app", False, b"Dec  2 13:04:06 gpu09 kernel: [ 1.0] x\n"),
+        ],
+    )
+    boots = estimate_boot_times(ev)
+    assert boots["gpu01"] == pytest.approx(boot)
+    assert boots["gpu02"] == pytest.approx(T - 500.0)
+    assert "gpu03" not in boots  # mono only: no pair
+    assert "gpu09" not in boots  # app output is not a source of kernel stamps
