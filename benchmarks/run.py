@@ -1,0 +1,341 @@
+#!/usr/bin/env python3
+"""slurm-attrib benchmarks: scan throughput against grep, and diagnosis time/memory against job size.
+
+    python benchmarks/run.py [--size-mb 200] [--nodes 8,128,1024] [--skip-scan] [--skip-scale] [--check]
+
+(a) Scan: builds a log of --size-mb MB (noise lines from simulated jobs, about 1 matching line in
+    20,000), then times `Scanner(load_rules()).scan(data, "app")` with the accelerator (Hyperscan,
+    when installed) and with accelerate=False (Python `re`), and `grep -c -E -f patterns.txt FILE`
+    (LC_ALL=C) over the same file, where patterns.txt holds the rules' `match.regex` translated to
+    POSIX ERE.  Best of --repeat runs each; the file is read once before timing (page cache).
+(b) Scale: simulates `gpu_fell_off_bus` jobs of each --nodes size and diagnoses each one with
+    `analyze_path` in its own subprocess, printing seconds, peak RSS (ru_maxrss) and per-node growth,
+    and whether the diagnosis matched the simulator's ground truth.
+
+Generated data goes under benchmarks/_work/ (gitignored) and is reused when already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+WORK = HERE / "_work"
+sys.path.insert(0, str(REPO))
+
+TARGET_SCAN_RATIO = 0.5  # scanner throughput >= 50 % of grep -E
+TARGET_1024_SECONDS = 5.0  # diagnosis of a 1,024-node job
+RARE_EVERY = 20000  # about one matching line in this many
+
+
+# --------------------------------------------------------------------------------------------
+# (a) scan throughput
+
+
+def build_scan_log(size_mb: int, seed: int = 0) -> Path:
+    """A log of size_mb MB of realistic noise with rare matching lines; cached by size and seed."""
+    from slurm_attrib.ruleset.loader import load_rules
+    from slurm_attrib.ruleset.scanner import Scanner
+    from slurm_attrib.simulate import SCENARIOS, write_scenario
+
+    path = WORK / f"scan-{size_mb}mb-s{seed}.log"
+    if path.is_file() and path.stat().st_size >= size_mb * 1_000_000:
+        return path
+    WORK.mkdir(parents=True, exist_ok=True)
+    corpus = WORK / "scan-corpus"
+    shutil.rmtree(corpus, ignore_errors=True)
+    lines: list[bytes] = []
+    for i, name in enumerate(sorted(SCENARIOS)):
+        write_scenario(name, corpus / name, nodes=8, seed=seed + i)
+    for file in sorted(p for p in corpus.rglob("*") if p.is_file() and p.name != "job.json"):
+        lines.extend(line for line in file.read_bytes().splitlines() if line.strip())
+    shutil.rmtree(corpus, ignore_errors=True)
+    # split the pool into lines the rules match and the rest, with the pure-re scanner
+    scanner = Scanner(load_rules(), accelerate=False)
+    blob = b"\n".join(lines) + b"\n"
+    matched = {hit.lineno for kind in ("app", "kernel", "syslog") for hit in scanner.scan(blob, kind)}
+    rare = sorted({lines[n - 1] for n in matched})
+    noise = [line for n, line in enumerate(lines, 1) if n not in matched]
+    rng = random.Random(seed)
+    target = size_mb * 1_000_000
+    written = 0
+    with path.open("wb") as out:
+        while written < target:
+            batch = rng.choices(noise, k=50_000)
+            for _ in range(max(1, len(batch) // RARE_EVERY)):
+                batch[rng.randrange(len(batch))] = rng.choice(rare)
+            chunk = b"\n".join(batch) + b"\n"
+            out.write(chunk)
+            written += len(chunk)
+    return path
+
+
+def ere_from_python(regex: str) -> str | None:
+    """Translate a Python regex to POSIX ERE for grep -E, or None when it cannot be done faithfully.
+
+    Named and non-capturing groups become plain groups, \\d becomes [0-9], lazy quantifiers become
+    greedy (same line-level match).  Lookarounds, inline flags, backreferences, multi-line patterns
+    and escapes that mean something else inside POSIX brackets are refused.
+    """
+    out: list[str] = []
+    i, n = 0, len(regex)
+    in_class = False
+    while i < n:
+        c = regex[i]
+        if in_class:
+            if c == "\\" and i + 1 < n:
+                e = regex[i + 1]
+                mapped = {"d": "0-9", "w": "[:alnum:]_", "s": "[:space:]"}.get(e)
+                if mapped:
+                    out.append(mapped)
+                elif e in "]^-\\" or e.isalnum():
+                    return None
+                else:
+                    out.append(e)
+                i += 2
+                continue
+            if c == "]" and not (out and out[-1] in ("[", "[^")):
+                in_class = False
+            out.append(c)
+            i += 1
+            continue
+        if c == "[":
+            in_class = True
+            if regex.startswith("[^", i):
+                out.append("[^")
+                i += 2
+            else:
+                out.append("[")
+                i += 1
+            if i < n and regex[i] == "]":  # a leading ']' is literal in both
+                out.append("]")
+                i += 1
+            continue
+        if c == "\\" and i + 1 < n:
+            e = regex[i + 1]
+            if e == "d":
+                out.append("[0-9]")
+            elif e == "D":
+                out.append("[^0-9]")
+            elif e in "wWsSb":
+                out.append("\\" + e)
+            elif e.isalnum():  # \n, \t, \A, \Z, \1 ... : not in ERE
+                return None
+            else:
+                out.append("\\" + e)
+            i += 2
+            continue
+        if c == "(" and regex.startswith("(?", i):
+            m = re.match(r"\(\?P<[A-Za-z_]\w*>|\(\?:", regex[i:])
+            if not m:
+                return None  # lookaround, inline flags, named backreference, comment
+            out.append("(")
+            i += len(m.group(0))
+            continue
+        if c == "?" and out and out[-1] in ("*", "+", "?", "}") and not (len(out) >= 2 and out[-2] == "\\"):
+            i += 1  # lazy -> greedy: same verdict for "does this line match"
+            continue
+        out.append(c)
+        i += 1
+    if in_class:
+        return None
+    return "".join(out)
+
+
+def grep_patterns(rules) -> tuple[list[str], dict[str, int]]:
+    patterns: list[str] = []
+    skipped: dict[str, int] = {}
+    for rule in rules:
+        if rule.match.ignore_case:
+            skipped["ignore_case"] = skipped.get("ignore_case", 0) + 1
+            continue
+        ere = ere_from_python(rule.match.regex)
+        if ere is None:
+            skipped["not expressible in ERE"] = skipped.get("not expressible in ERE", 0) + 1
+            continue
+        check = subprocess.run(["grep", "-E", "-e", ere, "/dev/null"], capture_output=True, env=_c_env())
+        if check.returncode == 2 or check.stderr:
+            skipped["rejected by grep -E"] = skipped.get("rejected by grep -E", 0) + 1
+            continue
+        patterns.append(ere)
+    return patterns, skipped
+
+
+def _c_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["LC_ALL"] = "C"
+    return env
+
+
+def bench_scan(size_mb: int, repeat: int) -> dict:
+    from slurm_attrib.ruleset.loader import load_rules
+    from slurm_attrib.ruleset.scanner import Scanner
+
+    t = time.perf_counter()
+    path = build_scan_log(size_mb)
+    build_s = time.perf_counter() - t
+    data = path.read_bytes()
+    mb = len(data) / 1e6
+    rules = load_rules()
+    nlines = data.count(b"\n")
+    print(f"scan corpus: {path.relative_to(REPO)}  {mb:.1f} MB, {nlines:,} lines (built/reused in {build_s:.1f} s)")
+    print(f"rules: {len(rules)}")
+
+    results: dict[str, dict] = {}
+    for label, accelerate in (("scanner (accelerated)", True), ("scanner (pure re)", False)):
+        scanner = Scanner(rules, accelerate=accelerate)
+        if accelerate and not scanner.accelerated:
+            print(f"  {label:24s} skipped: hyperscan is not installed (pip install hyperscan)")
+            continue
+        best, hits = float("inf"), 0
+        candidates = len(scanner.candidate_line_starts(data))
+        for _ in range(repeat):
+            t = time.perf_counter()
+            hits = len(scanner.scan(data, "app"))
+            best = min(best, time.perf_counter() - t)
+        results[label] = {"seconds": best, "mbps": mb / best, "hits": hits, "candidates": candidates}
+
+    patterns, skipped = grep_patterns(rules)
+    pfile = WORK / "patterns.txt"
+    pfile.write_text("".join(p + "\n" for p in patterns), encoding="utf-8")
+    grep = None
+    if patterns:
+        best, count = float("inf"), ""
+        for _ in range(repeat):
+            t = time.perf_counter()
+            proc = subprocess.run(["grep", "-c", "-E", "-f", str(pfile), str(path)], capture_output=True, env=_c_env())
+            best = min(best, time.perf_counter() - t)
+            count = proc.stdout.decode().strip()
+        grep = {"seconds": best, "mbps": mb / best, "lines": count}
+    skipped_text = ", ".join(f"{v} {k}" for k, v in sorted(skipped.items())) or "none"
+    print(f"grep -E patterns: {len(patterns)} of {len(rules)} rule regexes (skipped: {skipped_text}); {pfile.relative_to(REPO)}")
+    print()
+    print(f"  {'':24s} {'seconds':>8s} {'MB/s':>9s} {'vs grep':>8s}  matches")
+    if grep:
+        print(f"  {'grep -c -E -f (LC_ALL=C)':24s} {grep['seconds']:8.2f} {grep['mbps']:9.1f} {'1.00x':>8s}  {grep['lines']} lines")
+    for label, r in results.items():
+        ratio = f"{r['mbps'] / grep['mbps']:.2f}x" if grep else "n/a"
+        print(f"  {label:24s} {r['seconds']:8.2f} {r['mbps']:9.1f} {ratio:>8s}  {r['hits']} hits ({r['candidates']} candidate lines)")
+    best_label = "scanner (accelerated)" if "scanner (accelerated)" in results else "scanner (pure re)"
+    ok = None
+    if grep and best_label in results:
+        ratio = results[best_label]["mbps"] / grep["mbps"]
+        ok = ratio >= TARGET_SCAN_RATIO
+        print(f"\n  target: {best_label} >= {TARGET_SCAN_RATIO:.0%} of grep's throughput -> {ratio:.0%} {'PASS' if ok else 'MISS'}")
+    return {"scanner": results, "grep": grep, "skipped": skipped, "ok": ok}
+
+
+# --------------------------------------------------------------------------------------------
+# (b) diagnosis time and memory by job size
+
+
+def child(path: str) -> None:
+    """Run in a subprocess: diagnose one job and print timing, peak RSS and the verdict as JSON."""
+    from slurm_attrib.engine.pipeline import analyze_path
+
+    t = time.perf_counter()
+    d = analyze_path(Path(path))
+    seconds = time.perf_counter() - t
+    print(json.dumps({
+        "seconds": seconds,
+        "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "diagnosis": {k: v for k, v in json.loads(d.model_dump_json()).items() if k in ("domain", "category", "culprit_nodes", "quality", "drain")},
+    }))
+
+
+def job_dir(nodes: int) -> tuple[Path, dict]:
+    from slurm_attrib.simulate import write_scenario
+
+    folder = WORK / "jobs" / f"gpu_fell_off_bus-{nodes}n"
+    stamp = folder.parent / f"{folder.name}.truth.json"
+    if folder.is_dir() and stamp.is_file():
+        return folder, json.loads(stamp.read_text())
+    shutil.rmtree(folder, ignore_errors=True)
+    truth = write_scenario("gpu_fell_off_bus", folder, nodes=nodes, ranks_per_node=8, seed=0)
+    data = truth.to_dict()
+    stamp.write_text(json.dumps(data))
+    return folder, data
+
+
+def bench_scale(sizes: list[int]) -> dict:
+    rows = []
+    print(f"  {'nodes':>6s} {'ranks':>6s} {'input MB':>9s} {'gen s':>6s} {'analyze s':>10s} {'wall s':>7s} {'peak MB':>8s} {'children MB':>11s}  verdict")
+    for nodes in sizes:
+        t = time.perf_counter()
+        folder, truth = job_dir(nodes)
+        gen = time.perf_counter() - t
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
+        t = time.perf_counter()
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(folder)], capture_output=True, text=True)
+        wall = time.perf_counter() - t
+        children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # max over children so far
+        if proc.returncode != 0:
+            err = (proc.stderr.strip().splitlines() or ["?"])[-1]
+            print(f"  {nodes:6d} {nodes * 8:6d} {size:9.1f} {gen:6.2f}   analysis failed: {err}")
+            rows.append({"nodes": nodes, "error": err})
+            continue
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        d = r["diagnosis"]
+        drain = sorted(x["node"] for x in d["drain"])
+        fits = (d["domain"], d["category"], sorted(d["culprit_nodes"]), drain) == (truth["domain"], truth["category"], truth["culprit_nodes"], truth["drain_nodes"]) and d["quality"] in truth["allowed_qualities"]
+        verdict = f"{d['domain']}/{d['category']} {','.join(d['culprit_nodes']) or '-'} ({d['quality']}) {'ok' if fits else 'WRONG, expected ' + truth['category'] + ' ' + ','.join(truth['culprit_nodes'])}"
+        peak = r["maxrss_kb"] / 1024
+        print(f"  {nodes:6d} {nodes * 8:6d} {size:9.1f} {gen:6.2f} {r['seconds']:10.2f} {wall:7.2f} {peak:8.1f} {children_mb:11.1f}  {verdict}")
+        rows.append({"nodes": nodes, "seconds": r["seconds"], "wall": wall, "peak_mb": peak, "input_mb": size, "fits": fits})
+    good = [r for r in rows if "error" not in r]
+    ok = None
+    if len(good) >= 2:
+        a, b = good[0], good[-1]
+        dn = b["nodes"] - a["nodes"]
+        print(f"\n  growth {a['nodes']}->{b['nodes']} nodes: {(b['seconds'] - a['seconds']) / dn * 1000:.2f} ms/node, "
+              f"{(b['peak_mb'] - a['peak_mb']) / dn * 1024:.0f} KB/node peak RSS")
+        for r in good[1:]:
+            print(f"    {r['nodes']:5d} nodes: {r['seconds'] / r['nodes'] * 1000:.2f} ms/node overall, {r['seconds'] / max(r['input_mb'], 1e-9):.3f} s/MB of input")
+        biggest = good[-1]
+        if biggest["nodes"] >= 1024:
+            ok = biggest["seconds"] <= TARGET_1024_SECONDS
+            print(f"\n  target: {biggest['nodes']} nodes in <= {TARGET_1024_SECONDS:.0f} s -> {biggest['seconds']:.2f} s {'PASS' if ok else 'MISS'}")
+    if any("error" in r for r in rows):
+        ok = False
+    return {"rows": rows, "ok": ok}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=int, default=200, help="size of the scan corpus (default 200)")
+    parser.add_argument("--nodes", default="8,128,1024", help="job sizes for the scale benchmark (default 8,128,1024)")
+    parser.add_argument("--repeat", type=int, default=3, help="best of N timings for the scan (default 3)")
+    parser.add_argument("--skip-scan", action="store_true")
+    parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child)
+        return 0
+    WORK.mkdir(parents=True, exist_ok=True)
+    print(f"python {sys.version.split()[0]} on {os.uname().sysname} {os.uname().machine}, {os.cpu_count()} CPUs\n")
+    verdicts = []
+    if not args.skip_scan:
+        print("== (a) scan throughput vs grep -E ==")
+        verdicts.append(bench_scan(args.size_mb, args.repeat)["ok"])
+        print()
+    if not args.skip_scale:
+        print("== (b) diagnosis time and peak memory by job size (gpu_fell_off_bus, 8 ranks/node) ==")
+        verdicts.append(bench_scale([int(x) for x in args.nodes.split(",") if x.strip()])["ok"])
+    return 1 if args.check and any(v is False for v in verdicts) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
