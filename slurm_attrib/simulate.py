@@ -784,7 +784,9 @@ def s_node_failure(job: _Job) -> GroundTruth:
     job.out.append((tk + 0.1, job._next(), f"slurmstepd: error: *** JOB {job.job_id} ON {job.batch.host} CANCELLED AT {iso(tk + job.batch.skew)} DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"))
     job.step_abort(tk + 0.5)
     job.state, job.exit_code, job.end = "NODE_FAIL", "0:0", tk + 2
-    return job.truth("host", "node_failure", [node], HARD, [node], "Job state NODE_FAIL; one node's logs stop before the failure and peers lose it on IB", tf)
+    # Slurm already sets a failed node DOWN, so not recommending a drain is acceptable too
+    alt = Expectation("host", "node_failure", (node.host,), HARD, ())
+    return job.truth("host", "node_failure", [node], HARD, [node], "Job state NODE_FAIL; one node's logs stop before the failure and peers lose it on IB", tf, [alt])
 
 
 def s_pcie_error(job: _Job) -> GroundTruth:

@@ -70,6 +70,20 @@ def test_simulator_is_deterministic(tmp_path, name):
     assert _tree_digest(tmp_path / "a") == _tree_digest(tmp_path / "b")
 
 
+def test_simulator_is_deterministic_across_processes(tmp_path):
+    """Same bytes whatever PYTHONHASHSEED is (no dependence on set or dict-of-str ordering)."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    code = ("import sys; from pathlib import Path; from slurm_attrib.simulate import SCENARIOS, write_scenario\n"
+            "[write_scenario(n, Path(sys.argv[1]) / n, nodes=5, seed=7) for n in SCENARIOS]")
+    for i, hashseed in enumerate(("1", "2")):
+        env = {"PYTHONHASHSEED": hashseed, "PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"}
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / str(i))], check=True, env=env)
+    assert _tree_digest(tmp_path / "0") == _tree_digest(tmp_path / "1")
+
+
 def test_seed_changes_output(tmp_path):
     write_scenario("gpu_fell_off_bus", tmp_path / "a", nodes=4, seed=0)
     write_scenario("gpu_fell_off_bus", tmp_path / "b", nodes=4, seed=1)
