@@ -1,0 +1,484 @@
+"""Shared helpers for the prolog and epilog (stdlib only)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import stat
+import subprocess
+import time
+
+BUNDLE_FORMAT = "sattrib-node-bundle"
+BUNDLE_VERSION = 1
+PROLOG_FORMAT = "sattrib-prolog-record"
+PROLOG_VERSION = 1
+
+# Array jobs `123_4`, heterogeneous components `123+1`; Slurm itself gives plain numbers.
+JOB_ID_RE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,10}|\+[0-9]{1,4})?$")
+NODE_RE = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
+
+IB_COUNTERS = (
+    "link_downed",
+    "link_error_recovery",
+    "symbol_error",
+    "port_rcv_errors",
+    "port_xmit_discards",
+    "port_rcv_remote_physical_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "port_rcv_constraint_errors",
+    "port_xmit_constraint_errors",
+    "VL15_dropped",
+)
+
+
+class CaptureError(Exception):
+    pass
+
+
+def valid_job_id(job_id: str | None) -> bool:
+    return bool(job_id) and bool(JOB_ID_RE.match(job_id)) and ".." not in job_id
+
+
+def valid_node(node: str | None) -> bool:
+    return bool(node) and bool(NODE_RE.match(node)) and node not in (".", "..")
+
+
+def sysfs_root() -> str:
+    return os.environ.get("SATTRIB_SYSFS_ROOT") or "/sys"
+
+
+def proc_root() -> str:
+    return os.environ.get("SATTRIB_PROC_ROOT") or "/proc"
+
+
+# --------------------------------------------------------------------------- syslog
+
+_syslog_opened = False
+
+
+def log_syslog(ident: str, message: str, error: bool = True) -> None:
+    """Best effort: never raises."""
+    global _syslog_opened
+    try:
+        import syslog
+
+        if not _syslog_opened:
+            syslog.openlog(ident, syslog.LOG_PID, syslog.LOG_DAEMON)
+            _syslog_opened = True
+        syslog.syslog(syslog.LOG_ERR if error else syslog.LOG_INFO, message[:2000])
+    except Exception:
+        pass
+
+
+# --------------------------------------------------------------------------- hostlists
+
+_RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def _split_top(expr: str) -> list[str]:
+    """Split a hostlist on commas outside brackets."""
+    parts, depth, cur = [], 0, []
+    for ch in expr:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _expand_one(item: str, limit: int) -> list[str]:
+    start = item.find("[")
+    if start < 0:
+        return [item]
+    end = item.find("]", start)
+    if end < 0:
+        raise ValueError(f"unbalanced bracket in {item!r}")
+    prefix, body, rest = item[:start], item[start + 1 : end], item[end + 1 :]
+    out: list[str] = []
+    tails = _expand_one(rest, limit) if rest else [""]
+    for rng in body.split(","):
+        m = _RANGE_RE.match(rng.strip())
+        if not m:
+            raise ValueError(f"bad range {rng!r} in {item!r}")
+        lo, hi = m.group(1), m.group(2) or m.group(1)
+        width = len(lo) if lo.startswith("0") or (m.group(2) and len(lo) == len(hi)) else 0
+        if int(hi) < int(lo):
+            raise ValueError(f"descending range {rng!r}")
+        for n in range(int(lo), int(hi) + 1):
+            for tail in tails:
+                out.append(f"{prefix}{n:0{width}d}{tail}")
+                if len(out) > limit:
+                    raise ValueError("hostlist too long")
+    return out
+
+
+def expand_hostlist_py(expr: str, limit: int = 100_000) -> list[str]:
+    """Small stdlib hostlist expander: `gpu[01-03,07],cpu1` -> gpu01 gpu02 gpu03 gpu07 cpu1."""
+    result: list[str] = []
+    for item in _split_top(expr):
+        result.extend(_expand_one(item, limit))
+    return result
+
+
+def expand_hostlist(expr: str | None, timeout: float = 2.0) -> tuple[list[str], str]:
+    """(hosts, method).  `scontrol show hostnames` (local, no RPC) first, else the stdlib expander."""
+    if not expr:
+        return [], "none"
+    if "[" not in expr:
+        return _split_top(expr), "plain"
+    for scontrol in ("/usr/bin/scontrol", "/usr/local/bin/scontrol", "/opt/slurm/bin/scontrol"):
+        if os.access(scontrol, os.X_OK):
+            try:
+                done = subprocess.run(
+                    [scontrol, "show", "hostnames", expr],
+                    capture_output=True,
+                    timeout=timeout,
+                    start_new_session=True,
+                )
+                hosts = done.stdout.decode("utf-8", "replace").split()
+                if done.returncode == 0 and hosts:
+                    return hosts, "scontrol"
+            except (OSError, subprocess.SubprocessError):
+                pass
+            break
+    try:
+        return expand_hostlist_py(expr), "python"
+    except ValueError:
+        return [], "failed"
+
+
+# --------------------------------------------------------------------------- job context
+
+
+def job_context_from_env(env: dict[str, str]) -> dict:
+    """The job facts the node Epilog sees (Slurm 22.05: no START/END_TIME; the prolog record fills in)."""
+
+    def num(name: str) -> float | None:
+        try:
+            return float(env[name])
+        except (KeyError, ValueError):
+            return None
+
+    ctx = {
+        "job_id": env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"),
+        "user": env.get("SLURM_JOB_USER"),
+        "uid": env.get("SLURM_JOB_UID"),
+        "gid": env.get("SLURM_JOB_GID"),
+        "nodelist": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"),
+        "exit_code": env.get("SLURM_JOB_EXIT_CODE2"),
+        "exit_status_raw": env.get("SLURM_JOB_EXIT_CODE"),
+        "derived_exit_code": env.get("SLURM_JOB_DERIVED_EC"),
+        "start": num("SLURM_JOB_START_TIME"),
+        "end": num("SLURM_JOB_END_TIME"),
+        "partition": env.get("SLURM_JOB_PARTITION"),
+        "account": env.get("SLURM_JOB_ACCOUNT"),
+        "cluster": env.get("SLURM_CLUSTER_NAME"),
+        "num_nodes": env.get("SLURM_JOB_NUM_NODES"),
+        "restart_count": env.get("SLURM_JOB_RESTART_COUNT"),
+        "het_job_id": env.get("SLURM_HET_JOB_ID") or env.get("SLURM_PACK_JOB_ID"),
+        "array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
+        "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
+        "job_name": env.get("SLURM_JOB_NAME"),
+        "work_dir": env.get("SLURM_JOB_WORK_DIR"),
+        "stdout": env.get("SLURM_JOB_STDOUT"),
+        "stderr": env.get("SLURM_JOB_STDERR"),
+        "gpus": env.get("SLURM_JOB_GPUS"),
+        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+        "script_context": env.get("SLURM_SCRIPT_CONTEXT"),
+        "state": env.get("SATTRIB_JOB_STATE"),  # no job-state variable in the node Epilog
+    }
+    return {k: v for k, v in ctx.items() if v not in (None, "")}
+
+
+_PATTERN_RE = re.compile(r"%(\d*)([%AajNnuxstJ])")
+
+
+def expand_output_pattern(pattern: str, ctx: dict, node: str) -> str:
+    """Expand Slurm's filename pattern (%j %u %x %N %n %A %a %%, optional zero padding like %4j).
+
+    Raises CaptureError when the pattern needs a value the Epilog does not have (e.g. %x)."""
+    job_id = str(ctx.get("job_id", ""))
+    values = {
+        "j": job_id,
+        "J": job_id,
+        "u": ctx.get("user"),
+        "x": ctx.get("job_name"),
+        "N": node,
+        "n": "0",
+        "A": ctx.get("array_job_id") or job_id,
+        "a": ctx.get("array_task_id") or "4294967294",
+        "s": "batch",
+        "t": "0",
+    }
+
+    def sub(m: re.Match) -> str:
+        width, key = m.group(1), m.group(2)
+        if key == "%":
+            return "%"
+        value = values.get(key)
+        if value is None:
+            raise CaptureError(f"cannot expand %{key} in {pattern!r}: not known in the Epilog")
+        if width and value.isdigit():
+            return value.zfill(int(width))
+        return value
+
+    return _PATTERN_RE.sub(sub, pattern)
+
+
+def expand_path_template(path: str, node: str, job_id: str) -> str:
+    """%N = node name, %j = job id, %% = %, in configured source paths and command arguments."""
+    out, i = [], 0
+    while i < len(path):
+        ch = path[i]
+        if ch == "%" and i + 1 < len(path):
+            nxt = path[i + 1]
+            if nxt == "N":
+                out.append(node)
+                i += 2
+                continue
+            if nxt == "j":
+                out.append(job_id)
+                i += 2
+                continue
+            if nxt == "%":
+                out.append("%")
+                i += 2
+                continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def boot_time() -> float | None:
+    try:
+        with open(os.path.join(proc_root(), "stat"), "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+# --------------------------------------------------------------------------- counters / identity
+
+
+def _read_small(path: str, limit: int = 4096) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            return os.read(fd, limit).decode("utf-8", "replace").strip()
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+
+
+def read_ib_ports(deadline: float | None = None) -> list[dict]:
+    """Counters and state of every InfiniBand port under <sysfs>/class/infiniband."""
+    base = os.path.join(sysfs_root(), "class", "infiniband")
+    ports: list[dict] = []
+    for port_dir in sorted(glob.glob(os.path.join(base, "*", "ports", "*")))[:256]:
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        device = os.path.basename(os.path.dirname(os.path.dirname(port_dir)))
+        entry: dict = {
+            "device": device,
+            "port": os.path.basename(port_dir),
+            "state": _read_small(os.path.join(port_dir, "state")),
+            "phys_state": _read_small(os.path.join(port_dir, "phys_state")),
+            "rate": _read_small(os.path.join(port_dir, "rate")),
+            "counters": {},
+        }
+        counters_dir = os.path.join(port_dir, "counters")
+        try:
+            names = sorted(os.listdir(counters_dir))
+        except OSError:
+            names = []
+        for name in names:
+            if name not in IB_COUNTERS:
+                continue
+            raw = _read_small(os.path.join(counters_dir, name), 64)
+            try:
+                entry["counters"][name] = int(raw) if raw is not None else None
+            except ValueError:
+                entry["counters"][name] = None
+        ports.append(entry)
+    return ports
+
+
+def ib_deltas(start: list[dict] | None, end: list[dict]) -> list[dict]:
+    """Per port: {name: {start, end, delta}}; delta None without a prolog value (or a counter reset)."""
+    before = {(p["device"], p["port"]): p for p in (start or [])}
+    out = []
+    for port in end:
+        prev = before.get((port["device"], port["port"]), {}).get("counters", {})
+        counters = {}
+        for name, value in port["counters"].items():
+            old = prev.get(name)
+            delta = value - old if isinstance(value, int) and isinstance(old, int) and value >= old else None
+            counters[name] = {"start": old, "end": value, "delta": delta}
+        out.append({**{k: v for k, v in port.items() if k != "counters"}, "counters": counters})
+    return out
+
+
+def read_proc_gpus() -> list[dict]:
+    """/proc/driver/nvidia/gpus/<pci>/information: PCI id <-> Device Minor (and model, UUID)."""
+    base = os.path.join(proc_root(), "driver", "nvidia", "gpus")
+    gpus = []
+    for gpu_dir in sorted(glob.glob(os.path.join(base, "*")))[:64]:
+        text = _read_small(os.path.join(gpu_dir, "information"), 8192)
+        if text is None:
+            continue
+        entry: dict = {"pci": os.path.basename(gpu_dir)}
+        for line in text.splitlines():
+            key, sep, value = line.partition(":")
+            if not sep:
+                continue
+            key = key.strip().lower()
+            value = value.strip()
+            if key == "device minor":
+                entry["minor"] = value
+            elif key == "model":
+                entry["model"] = value
+            elif key == "gpu uuid":
+                entry["uuid"] = value
+            elif key == "bus location":
+                entry["bus_location"] = value
+        gpus.append(entry)
+    return gpus
+
+
+NVSMI_IDENTITY_ARGS = ("--query-gpu=index,minor_number,pci.bus_id,uuid,serial", "--format=csv,noheader")
+
+
+def find_executable(name: str, extra: tuple[str, ...] = ()) -> str | None:
+    """Absolute path of a tool: Slurm runs prolog/epilog without a PATH."""
+    if os.path.isabs(name):
+        return name if os.access(name, os.X_OK) else None
+    dirs = list(extra) + (os.environ.get("PATH") or "").split(":") + [
+        "/usr/bin",
+        "/bin",
+        "/usr/sbin",
+        "/sbin",
+        "/usr/local/bin",
+    ]
+    for d in dirs:
+        if d and os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    return None
+
+
+def nvidia_smi_identity(timeout: float) -> tuple[list[dict], str]:
+    exe = find_executable("nvidia-smi")
+    if exe is None:
+        return [], "missing: nvidia-smi not found"
+    try:
+        done = subprocess.run(
+            [exe, *NVSMI_IDENTITY_ARGS], capture_output=True, timeout=timeout, start_new_session=True
+        )
+    except subprocess.TimeoutExpired:
+        return [], f"timeout after {timeout:g}s"
+    except OSError as exc:
+        return [], f"error: {exc}"
+    if done.returncode != 0:
+        return [], f"error: exit {done.returncode}: {done.stderr[:200].decode('utf-8', 'replace').strip()}"
+    gpus = []
+    for line in done.stdout.decode("utf-8", "replace").splitlines()[:64]:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 5:
+            continue
+        index, minor, bus_id, uuid, serial = parts
+        gpus.append({"index": index, "minor": minor, "pci_bus_id": bus_id, "uuid": uuid, "serial": serial})
+    return gpus, "ok"
+
+
+# --------------------------------------------------------------------------- spool writes
+
+
+def _open_subdir(parent_fd: int, name: str, create: bool) -> int:
+    """Open (optionally create) a real subdirectory, never following a symlink."""
+    if create:
+        try:
+            os.mkdir(name, 0o755, dir_fd=parent_fd)
+        except FileExistsError:
+            pass
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISDIR(st.st_mode):
+        os.close(fd)
+        raise CaptureError(f"{name} is not a directory")
+    return fd
+
+
+def atomic_write(root: str, subdirs: list[str], filename: str, data: bytes, create_root: bool = False) -> str:
+    """Write <root>/<subdirs...>/<filename> atomically: temp file in the same directory, fsync,
+    rename, fsync the directory.  Subdirectories are created, and must be real directories
+    (O_NOFOLLOW); the temp name starts with '.' and never ends in .json.gz.  Returns the path."""
+    for part in [*subdirs, filename]:
+        if not part or "/" in part or part in (".", ".."):
+            raise CaptureError(f"invalid path component {part!r}")
+    if create_root:
+        os.makedirs(root, 0o755, exist_ok=True)
+    fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)]
+    try:
+        for part in subdirs:
+            fds.append(_open_subdir(fds[-1], part, create=True))
+        dir_fd = fds[-1]
+        tmp = f".{filename}.tmp-{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+        os.close(fd)
+        os.rename(tmp, filename, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        try:
+            os.fsync(dir_fd)
+        except OSError:
+            pass
+        return os.path.join(root, *subdirs, filename)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def read_json_nofollow(path: str, limit: int = 4 * 1024 * 1024) -> dict | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, total = [], 0
+        while total < limit:
+            b = os.read(fd, 65536)
+            if not b:
+                break
+            chunks.append(b)
+            total += len(b)
+        data = json.loads(b"".join(chunks))
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)

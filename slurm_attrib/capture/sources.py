@@ -1,0 +1,759 @@
+"""Capture sources: built-in defaults, bounded reading of commands and files, the pre-filter.
+
+Every source has its own timeout and byte cap (SourceConfig.timeout / .max_bytes) and never
+raises: its outcome is a result dict with a status
+
+    ok | empty | missing | forbidden | timeout | truncated | error | skipped
+
+and the kept lines with their ORIGINAL line numbers.
+
+Reading rules:
+  * commands run from an argv list (no shell), in their own session (process group), with a
+    minimal environment; on timeout or when the output exceeds max_bytes the whole process group
+    gets SIGKILL (a command that ignores SIGTERM cannot stretch the bound);
+  * files: only the newest max_bytes are scanned (the newlines of the skipped prefix are counted
+    so line numbers stay those of the real file);
+  * kept lines are held in a bounded deque that drops the OLDEST kept lines when the source's
+    share of the bundle is used up: the newest lines survive;
+  * a line longer than MAX_LINE_SCAN is cut for matching; a kept line is cut at MAX_LINE_KEEP.
+
+Pre-filter: a line is kept when it holds a rule literal (`match.contains`; `ignore_case` rules
+make the grep pass case-insensitive, a superset), plus `context_lines` before and
+max(context_lines, largest match.following) after, plus the first and the last line of the
+scanned window (time anchoring).  The matching runs in GNU grep (`grep -a -n -F`, LC_ALL=C)
+fed through a pipe: the same speed as a shell `... | grep` capture; without grep, or with
+SATTRIB_FILTER_ENGINE=python, an in-process matcher gives the same result.
+
+Several SourceConfig entries with the same name are alternatives tried in order (the kernel
+source: journalctl -k, else dmesg, else /var/log/kern.log): the next one is tried when one is
+missing, fails without output, or yields no lines.  Placeholders in command arguments and paths:
+%N node, %j job id, %% percent, {start} / {end} job window (UNIX seconds, integers).
+
+Special names (their path may be left empty):
+  job_stdout / job_stderr   path from SLURM_JOB_STDOUT/ERR with Slurm's %-patterns; read only on
+                            the batch host; the file must be a regular file owned by the job's
+                            uid, opened with O_NOFOLLOW
+  flight_recorder           glob; presence, size and mtime of each file only (no content)
+  ib_counters               sysfs InfiniBand port counters and state (deltas vs the prolog)
+Any other app-kind path source is user-written and gets the same ownership checks as job output.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import selectors
+import signal
+import stat
+import subprocess
+import threading
+import time
+from collections import deque
+
+from slurm_attrib.capture.common import CaptureError, expand_output_pattern, find_executable
+from slurm_attrib.config import SourceConfig
+
+CHUNK = 1 << 20
+MAX_LINE_SCAN = 64 * 1024
+MAX_LINE_KEEP = 4096
+MAX_GLOB_FILES = 32
+CMD_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C", "SYSTEMD_PAGER": "", "PAGER": "cat"}
+
+_J = "journalctl"
+
+
+def default_sources() -> list[SourceConfig]:
+    """The built-in capture sources (used when the config lists none; a config entry with the
+    same name replaces the built-in one(s), `enabled: false` turns one off)."""
+    return [
+        SourceConfig(
+            name="kernel",
+            kind="kernel",
+            command=(_J, "-k", "--since", "@{start}", "--until", "@{end}", "-o", "short-iso-precise", "--no-pager", "-q"),
+            timeout=4.0,
+        ),
+        SourceConfig(name="kernel", kind="kernel", command=("dmesg", "--time-format", "iso"), timeout=3.0),
+        SourceConfig(name="kernel", kind="kernel", path="/var/log/kern.log", timeout=3.0),
+        SourceConfig(
+            name="syslog",
+            kind="syslog",
+            command=(
+                _J, "--since", "@{start}", "--until", "@{end}", "-o", "short-iso-precise", "--no-pager", "-q",
+                "_TRANSPORT=syslog", "_TRANSPORT=journal", "_TRANSPORT=stdout",
+            ),
+            timeout=4.0,
+        ),
+        SourceConfig(name="syslog", kind="syslog", path="/var/log/syslog", timeout=3.0),
+        SourceConfig(name="syslog", kind="syslog", path="/var/log/messages", timeout=3.0),
+        SourceConfig(name="job_stdout", kind="app", timeout=4.0, max_bytes=64 * 1024 * 1024),
+        SourceConfig(name="job_stderr", kind="app", timeout=4.0, max_bytes=64 * 1024 * 1024),
+        SourceConfig(name="nccl_debug", kind="app", path="", timeout=2.0),
+        SourceConfig(name="flight_recorder", kind="app", path="/tmp/nccl_trace_rank_*", timeout=1.0),
+        SourceConfig(
+            name="nvidia_smi",
+            kind="nvidia_smi",
+            command=("nvidia-smi", "-q", "-d", "ECC,ROW_REMAPPER,PAGE_RETIREMENT"),
+            timeout=5.0,
+            max_bytes=1024 * 1024,
+            prefilter=False,
+        ),
+        SourceConfig(name="ib_counters", kind="sysfs", timeout=1.0, prefilter=False),
+    ]
+
+
+def effective_sources(configured: tuple[SourceConfig, ...]) -> list[list[SourceConfig]]:
+    """Groups of alternatives, in order.  Configured names replace built-in groups."""
+    groups: dict[str, list[SourceConfig]] = {}
+    for src in default_sources():
+        groups.setdefault(src.name, []).append(src)
+    replaced: dict[str, list[SourceConfig]] = {}
+    for src in configured:
+        replaced.setdefault(src.name, []).append(src)
+    for name, alts in replaced.items():
+        groups[name] = alts
+    out = []
+    for alts in groups.values():
+        enabled = [a for a in alts if a.enabled]
+        if enabled:
+            out.append(enabled)
+    return out
+
+
+# --------------------------------------------------------------------------- kept lines
+
+
+class KeepBuffer:
+    """Kept (lineno, bytes) pairs, bounded in bytes; drops the oldest when full."""
+
+    def __init__(self, budget: int):
+        self.budget = max(budget, 4096)
+        self.items: deque[tuple[int, bytes]] = deque()
+        self.size = 0
+        self.dropped = 0
+
+    def add(self, lineno: int, text: bytes) -> None:
+        if len(text) > MAX_LINE_KEEP:
+            text = text[:MAX_LINE_KEEP] + b" [...line cut by sattrib]"
+        self.items.append((lineno, text))
+        self.size += len(text) + 16
+        while self.size > self.budget and len(self.items) > 1:
+            _, old = self.items.popleft()
+            self.size -= len(old) + 16
+            self.dropped += 1
+
+
+# --------------------------------------------------------------------------- engines
+
+
+class PassEngine:
+    """No pre-filter: every line is kept (the KeepBuffer keeps the newest)."""
+
+    name = "none"
+
+    def __init__(self, keep: KeepBuffer):
+        self.keep = keep
+        self.carry = b""
+        self.lineno = 0
+        self.error = ""
+
+    def feed(self, chunk: bytes) -> None:
+        data = self.carry + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self.carry = data
+            return
+        self.carry = data[cut + 1 :]
+        for line in data[:cut].split(b"\n"):
+            self.lineno += 1
+            self.keep.add(self.lineno, line)
+
+    def close(self, deadline: float) -> None:
+        if self.carry:
+            self.lineno += 1
+            self.keep.add(self.lineno, self.carry)
+            self.carry = b""
+
+
+class PyEngine(PassEngine):
+    """In-process literal pre-filter with context (fallback when grep is missing)."""
+
+    name = "python"
+
+    def __init__(self, keep: KeepBuffer, exact: list[bytes], folded: list[bytes], before: int, after: int):
+        super().__init__(keep)
+        self.exact, self.folded = exact, folded
+        self.before: deque[tuple[int, bytes]] = deque(maxlen=max(before, 0) or None)
+        self.nbefore = before
+        self.after = after
+        self.after_left = 0
+
+    def _chunk_hit(self, data: bytes) -> bool:
+        if any(lit in data for lit in self.exact):
+            return True
+        if self.folded:
+            low = data.lower()
+            return any(lit in low for lit in self.folded)
+        return False
+
+    def _hit(self, line: bytes) -> bool:
+        if any(lit in line for lit in self.exact):
+            return True
+        if self.folded:
+            low = line.lower()
+            return any(lit in low for lit in self.folded)
+        return False
+
+    def _lines(self, lines: list[bytes]) -> None:
+        for line in lines:
+            self.lineno += 1
+            if self._hit(line):
+                while self.before:
+                    self.keep.add(*self.before.popleft())
+                self.keep.add(self.lineno, line)
+                self.after_left = self.after
+            elif self.after_left:
+                self.keep.add(self.lineno, line)
+                self.after_left -= 1
+            elif self.nbefore:
+                self.before.append((self.lineno, line))
+
+    def feed(self, chunk: bytes) -> None:
+        data = self.carry + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self.carry = data
+            return
+        self.carry = data[cut + 1 :]
+        body = data[:cut]
+        if self.after_left == 0 and not self._chunk_hit(body):
+            count = body.count(b"\n") + 1
+            if self.nbefore:
+                tail = body.rsplit(b"\n", self.nbefore)[-self.nbefore :]
+                first = self.lineno + count - len(tail) + 1
+                for i, line in enumerate(tail):
+                    self.before.append((first + i, line))
+            self.lineno += count
+            return
+        self._lines(body.split(b"\n"))
+
+    def close(self, deadline: float) -> None:
+        if self.carry:
+            self._lines([self.carry])
+            self.carry = b""
+
+
+def _grep_path() -> str | None:
+    for path in ("/usr/bin/grep", "/bin/grep"):
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+class GrepEngine:
+    """GNU grep as the matcher (`grep -a -n -F -e LIT... -B n -A m`), fed through a pipe."""
+
+    name = "grep"
+
+    def __init__(self, grep: str, keep: KeepBuffer, literals: list[bytes], ignore_case: bool, before: int, after: int):
+        self.keep = keep
+        self.error = ""
+        self.lineno = 0
+        argv = [grep, "-a", "-n", "-F", "--no-group-separator"]
+        if ignore_case:
+            argv.append("-i")
+        if before:
+            argv += ["-B", str(before)]
+        if after:
+            argv += ["-A", str(after)]
+        for lit in literals:
+            argv += ["-e", os.fsdecode(lit)]
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=CMD_ENV,
+            start_new_session=True,
+        )
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        try:
+            for line in self.proc.stdout:
+                i = 0
+                while i < len(line) and 48 <= line[i] <= 57:
+                    i += 1
+                if i == 0 or i >= len(line):
+                    continue
+                self.keep.add(int(line[:i]), line[i + 1 :].rstrip(b"\n"))
+        except (OSError, ValueError) as exc:
+            self.error = f"pre-filter read failed: {exc}"
+
+    def feed(self, chunk: bytes) -> None:
+        if self.error:
+            return
+        try:
+            self.proc.stdin.write(chunk)
+        except (BrokenPipeError, OSError) as exc:
+            self.error = f"pre-filter (grep) failed: {exc}"
+
+    def close(self, deadline: float) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self.reader.join(max(0.05, deadline - time.monotonic()))
+        if self.reader.is_alive():
+            kill_group(self.proc)
+            self.reader.join(0.5)
+            self.error = self.error or "pre-filter did not finish in time"
+        try:
+            rc = self.proc.wait(max(0.05, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_group(self.proc)
+            rc = -9
+        if rc not in (0, 1) and not self.error:
+            self.error = f"pre-filter (grep) exit status {rc}"
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+
+def make_engine(keep: KeepBuffer, prefilter: bool, literals, before: int, after: int):
+    if not prefilter or literals is None or literals.empty:
+        return PassEngine(keep)
+    grep = None if os.environ.get("SATTRIB_FILTER_ENGINE") == "python" else _grep_path()
+    if grep:
+        try:
+            return GrepEngine(grep, keep, literals.all_literals(), bool(literals.folded), before, after)
+        except OSError:
+            pass
+    return PyEngine(keep, literals.exact, literals.folded, before, after)
+
+
+# --------------------------------------------------------------------------- the raw stream
+
+
+class Sink:
+    """Everything one source yields passes here: bytes and lines are counted, the first and last
+    lines remembered, over-long lines cut for matching, the rest handed to the engine."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.bytes = 0
+        self.newlines = 0
+        self.head = b""
+        self.tail = b""
+        self.cur_len = 0  # length of the current (unterminated) line so far
+
+    def feed(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        self.bytes += len(chunk)
+        n = chunk.count(b"\n")
+        self.newlines += n
+        if len(self.head) <= MAX_LINE_KEEP and b"\n" not in self.head:
+            self.head += chunk[: MAX_LINE_KEEP + 1]
+        self.tail = (self.tail + chunk[-(MAX_LINE_KEEP + 1) :])[-(MAX_LINE_KEEP + 1) :]
+        if n == 0:
+            room = MAX_LINE_SCAN - self.cur_len
+            self.cur_len += len(chunk)
+            if room > 0:
+                self.engine.feed(chunk[:room])
+            return
+        first_nl = chunk.find(b"\n")
+        if self.cur_len + first_nl > MAX_LINE_SCAN:
+            room = max(MAX_LINE_SCAN - self.cur_len, 0)
+            self.engine.feed(chunk[:room])
+            chunk = chunk[first_nl:]
+        last_nl = chunk.rfind(b"\n")
+        self.cur_len = len(chunk) - last_nl - 1
+        if self.cur_len > MAX_LINE_SCAN:
+            chunk = chunk[: last_nl + 1 + MAX_LINE_SCAN]
+        self.engine.feed(chunk)
+
+    def finish(self, base: int, deadline: float) -> tuple[list[list], int]:
+        """Close the engine; (kept [[lineno, text]], total lines).  base = lines before the window."""
+        self.engine.close(deadline)
+        total = self.newlines + (1 if self.tail and not self.tail.endswith(b"\n") else 0)
+        kept: dict[int, bytes] = {base + ln: text for ln, text in self.engine.keep.items}
+        if total:
+            kept.setdefault(base + 1, self.head.split(b"\n", 1)[0])
+            body = self.tail[:-1] if self.tail.endswith(b"\n") else self.tail
+            last = body.rsplit(b"\n", 1)[-1]
+            kept.setdefault(base + total, last)
+        lines = [[ln, kept[ln][:MAX_LINE_KEEP].decode("utf-8", "replace")] for ln in sorted(kept)]
+        return lines, total
+
+
+# --------------------------------------------------------------------------- one source
+
+
+def new_result(src: SourceConfig, name: str | None = None) -> dict:
+    return {
+        "name": name or src.name,
+        "kind": src.kind,
+        "origin": "",
+        "status": "error",
+        "detail": "",
+        "bytes_read": 0,
+        "lines_total": 0,
+        "lines_kept": 0,
+        "line_base_known": True,
+        "filter": "",
+        "duration": 0.0,
+        "lines": [],
+    }
+
+
+def _expand(text: str, ctx: dict) -> str:
+    out = text
+    for key in ("start", "end"):
+        out = out.replace("{" + key + "}", str(int(ctx.get(key) or 0)))
+    out = out.replace("{node}", ctx["node"]).replace("{job}", ctx["job_id"])
+    from slurm_attrib.capture.common import expand_path_template
+
+    return expand_path_template(out, ctx["node"], ctx["job_id"])
+
+
+def run_command(src: SourceConfig, argv: list[str], res: dict, sink: Sink, deadline: float, procs: list) -> None:
+    exe = find_executable(argv[0])
+    res["origin"] = " ".join(argv)
+    if exe is None:
+        res["status"], res["detail"] = "missing", f"command not found: {argv[0]}"
+        return
+    try:
+        proc = subprocess.Popen(
+            [exe, *argv[1:]],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=CMD_ENV,
+            start_new_session=True,
+        )
+    except PermissionError as exc:
+        res["status"], res["detail"] = "forbidden", f"cannot run {exe}: {exc.strerror}"
+        return
+    except OSError as exc:
+        res["status"], res["detail"] = "error", f"cannot run {exe}: {exc.strerror or exc}"
+        return
+    procs.append(proc)
+    err_tail = b""
+    timed_out = capped = False
+    sel = selectors.DefaultSelector()
+    try:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        out_fd = proc.stdout.fileno()
+        while sel.get_map() and not (timed_out or capped):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(min(remaining, 0.5)):
+                data = os.read(key.fd, CHUNK)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                if key.fd == out_fd:
+                    room = src.max_bytes - sink.bytes
+                    if len(data) > room:
+                        sink.feed(data[: max(room, 0)])
+                        capped = True
+                        break
+                    sink.feed(data)
+                else:
+                    err_tail = (err_tail + data)[-2048:]
+    finally:
+        sel.close()
+        if proc.poll() is None and (timed_out or capped):
+            kill_group(proc)
+        try:
+            rc = proc.wait(timeout=max(0.2, min(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            rc = None
+        for f in (proc.stdout, proc.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+    err = err_tail.decode("utf-8", "replace").strip().splitlines()
+    err_msg = err[-1][:300] if err else ""
+    if timed_out:
+        res["status"] = "timeout"
+        res["detail"] = f"no end of output within {src.timeout:g}s (or the epilog bound); process group killed"
+    elif capped:
+        res["status"] = "truncated"
+        res["detail"] = f"output exceeded {src.max_bytes} bytes; process group killed; later output not read"
+    elif rc not in (0, None):
+        res["status"] = "error"
+        res["detail"] = f"exit status {rc}" + (f": {err_msg}" if err_msg else "")
+    else:
+        res["status"] = "ok"
+
+
+def _open_checked(path: str, src: SourceConfig, ctx: dict, res: dict) -> int | None:
+    user_written = src.kind == "app"
+    flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if user_written else 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        res["status"], res["detail"] = "missing", f"no such file: {path}"
+        return None
+    except PermissionError as exc:
+        res["status"], res["detail"] = "forbidden", f"{path}: {exc.strerror}"
+        return None
+    except OSError as exc:
+        # ELOOP from O_NOFOLLOW: the final component is a symlink
+        status = "forbidden" if exc.errno == 40 else "error"
+        res["status"], res["detail"] = status, f"{path}: {exc.strerror or exc}" + (
+            " (symlink refused)" if exc.errno == 40 else ""
+        )
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        res["status"], res["detail"] = "forbidden", f"{path}: not a regular file"
+        return None
+    uid = ctx.get("uid")
+    if user_written and uid not in (None, "") and str(st.st_uid) != str(uid) and st.st_uid != 0:
+        os.close(fd)
+        res["status"], res["detail"] = "forbidden", f"{path}: owned by uid {st.st_uid}, not the job's uid {uid}"
+        return None
+    return fd
+
+
+def read_file(src: SourceConfig, path: str, ctx: dict, res: dict, sink_factory, deadline: float) -> None:
+    res["origin"] = path
+    fd = _open_checked(path, src, ctx, res)
+    if fd is None:
+        return
+    sink = sink_factory()
+    base = 0
+    truncated = False
+    try:
+        size = os.fstat(fd).st_size
+        if size > src.max_bytes:
+            truncated = True
+            start = size - src.max_bytes
+            # count newlines of the skipped prefix, so line numbers stay the real ones
+            pos = 0
+            while pos < start:
+                if time.monotonic() > deadline:
+                    res["line_base_known"] = False
+                    break
+                data = os.pread(fd, min(CHUNK * 4, start - pos), pos)
+                if not data:
+                    break
+                base += data.count(b"\n")
+                pos += len(data)
+            # start at the first full line of the window (head[0] is the byte before it)
+            head = os.pread(fd, MAX_LINE_SCAN, start - 1)
+            nl = head.find(b"\n")
+            if nl < 0:
+                nl = 0
+                res["line_base_known"] = False
+            base += 1 if nl >= 1 else 0
+            os.lseek(fd, start + nl, os.SEEK_SET)
+            if not res["line_base_known"]:
+                base = 0
+        remaining_bytes = src.max_bytes
+        timed_out = False
+        while remaining_bytes > 0:
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            data = os.read(fd, min(CHUNK, remaining_bytes))
+            if not data:
+                break
+            remaining_bytes -= len(data)
+            sink.feed(data)
+    except OSError as exc:
+        res["status"], res["detail"] = "error", f"{path}: read failed: {exc.strerror or exc}"
+        timed_out = False
+    finally:
+        os.close(fd)
+    _finish(res, sink, base, deadline)
+    if res["status"] == "error" and res["detail"]:
+        return
+    if timed_out:
+        res["status"], res["detail"] = "timeout", f"read not finished within {src.timeout:g}s (or the epilog bound)"
+    elif truncated:
+        res["status"] = "truncated"
+        res["detail"] = f"file has {size} bytes; scanned the newest {src.max_bytes}" + (
+            "" if res["line_base_known"] else "; line numbers count from the start of the scanned window"
+        )
+    else:
+        res["status"] = "ok"
+
+
+def _finish(res: dict, sink: Sink, base: int, deadline: float) -> None:
+    lines, total = sink.finish(base, deadline + 0.5)
+    engine = sink.engine
+    res["bytes_read"] = sink.bytes
+    res["lines_total"] = base + total
+    res["lines"] = lines
+    res["lines_kept"] = len(lines)
+    res["filter"] = engine.name
+    notes = []
+    if engine.error:
+        notes.append(engine.error)
+    if engine.keep.dropped:
+        notes.append(f"{engine.keep.dropped} older kept lines dropped (bundle share full)")
+    if notes:
+        res["detail"] = "; ".join([res["detail"], *notes] if res["detail"] else notes)
+        res.setdefault("notes", []).extend(notes)
+
+
+def capture_group(alts: list[SourceConfig], ctx: dict, literals, deadline: float, procs: list, keep_budget: int) -> list[dict]:
+    """Run one source (trying alternatives); returns one result per captured file/command."""
+    attempts: list[str] = []
+    last: list[dict] = []
+    for src in alts:
+        t0 = time.monotonic()
+        src_deadline = min(deadline, t0 + src.timeout)
+        results = _capture_one(src, ctx, literals, src_deadline, procs, keep_budget)
+        for r in results:
+            r["duration"] = round(time.monotonic() - t0, 3)
+        usable = [r for r in results if r["status"] in ("ok", "truncated", "timeout") and _content(r)]
+        if usable or src.name in ("flight_recorder", "ib_counters", "job_stdout", "job_stderr"):
+            if attempts:
+                for r in results:
+                    r["detail"] = "; ".join(filter(None, [r["detail"], "fell back after: " + " | ".join(attempts)]))
+            return results
+        for r in results:
+            attempts.append(f"{r['origin'] or r['name']}: {r['status']}" + (f" ({r['detail']})" if r["detail"] else ""))
+        last = results
+        if time.monotonic() >= deadline:
+            break
+    if last and len(alts) > 1:
+        for r in last:
+            r["detail"] = " | ".join(attempts)
+            if r["status"] == "ok":
+                r["status"] = "empty"
+    return last
+
+
+def _content(res: dict) -> bool:
+    return any(not text.startswith("-- ") for _, text in res["lines"]) or res["lines_total"] > 2
+
+
+def _capture_one(src, ctx, literals, deadline, procs, keep_budget) -> list[dict]:
+    from slurm_attrib.capture.common import valid_node
+
+    before = ctx.get("context_lines", 2)
+    after = max(before, getattr(literals, "following", 0) if literals else 0)
+
+    def sink_factory():
+        keep = KeepBuffer(min(keep_budget, src.max_bytes))
+        return Sink(make_engine(keep, src.prefilter, literals, before, after))
+
+    res = new_result(src)
+    try:
+        if src.name in ("job_stdout", "job_stderr") and not src.command:
+            return [_job_output(src, ctx, res, sink_factory, deadline)]
+        if src.name == "flight_recorder":
+            return [_presence(src, ctx, res)]
+        if src.name == "ib_counters":
+            return [ctx["ib_source"](src, res)]
+        if src.command:
+            argv = [_expand(a, ctx) for a in src.command]
+            sink = sink_factory()
+            run_command(src, argv, res, sink, deadline, procs)
+            if res["status"] not in ("missing", "forbidden") or sink.bytes:
+                status, detail = res["status"], res["detail"]
+                _finish(res, sink, 0, deadline)
+                if status == "ok" and not sink.bytes:
+                    status = "empty"
+                res["status"] = status
+            return [res]
+        if not src.path:
+            res["status"], res["detail"] = "skipped", "no path configured"
+            return [res]
+        path = _expand(src.path, ctx)
+        if glob.has_magic(path):
+            files = sorted(glob.glob(path), key=_mtime, reverse=True)[:MAX_GLOB_FILES]
+            if not files:
+                res["status"], res["detail"], res["origin"] = "missing", f"no file matches {path}", path
+                return [res]
+            out = []
+            for f in files:
+                base = os.path.basename(f)
+                sub = new_result(src, f"{src.name}/{base}" if valid_node(base) else src.name)
+                read_file(src, f, ctx, sub, sink_factory, deadline)
+                _empty(sub)
+                out.append(sub)
+            return out
+        read_file(src, path, ctx, res, sink_factory, deadline)
+        _empty(res)
+        return [res]
+    except Exception as exc:  # a source never breaks the capture
+        res["status"], res["detail"] = "error", f"{type(exc).__name__}: {exc}"
+        return [res]
+
+
+def _empty(res: dict) -> None:
+    if res["status"] == "ok" and res["bytes_read"] == 0:
+        res["status"] = "empty"
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def _job_output(src, ctx, res, sink_factory, deadline) -> dict:
+    env_name = "stdout" if src.name == "job_stdout" else "stderr"
+    batch_host = ctx.get("batch_host")
+    if batch_host and batch_host != ctx["node"]:
+        res["status"], res["detail"] = "skipped", f"read on the batch host {batch_host} only"
+        return res
+    pattern = src.path or ctx.get(env_name)
+    if not pattern:
+        res["status"], res["detail"] = "missing", f"SLURM_JOB_{env_name.upper()} not set (Slurm < 21.08?)"
+        return res
+    try:
+        path = expand_output_pattern(pattern, ctx, ctx["node"])
+    except CaptureError as exc:
+        res["status"], res["detail"], res["origin"] = "error", str(exc), pattern
+        return res
+    if not os.path.isabs(path) and ctx.get("work_dir"):
+        path = os.path.join(ctx["work_dir"], path)
+    if env_name == "stderr":
+        other = ctx.get("stdout_path")
+        if other and os.path.normpath(other) == os.path.normpath(path):
+            res["status"], res["detail"], res["origin"] = "skipped", "same file as job_stdout", path
+            return res
+    else:
+        ctx["stdout_path"] = path
+    read_file(src, path, ctx, res, sink_factory, deadline)
+    _empty(res)
+    return res
+
+
+def _presence(src, ctx, res) -> dict:
+    pattern = _expand(src.path or "/tmp/nccl_trace_rank_*", ctx)
+    res["origin"] = pattern
+    files = []
+    for path in sorted(glob.glob(pattern))[:256]:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        files.append({"path": path, "size": st.st_size, "mtime": st.st_mtime, "uid": st.st_uid})
+    res["files"] = files
+    res["status"] = "ok" if files else "missing"
+    res["detail"] = f"{len(files)} file(s); presence and size only" if files else f"no file matches {pattern}"
+    res["filter"] = "none"
+    return res
