@@ -1,0 +1,278 @@
+"""The rule pack: every rule passes its own examples, the Xid catalog, loader errors, corpus scan."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurm_attrib.errors import RuleError
+from slurm_attrib.paths import bundled_dir
+from slurm_attrib.ruleset.hooks import HOOKS, IBV_WC_STATUS, xid_catalog
+from slurm_attrib.ruleset.loader import load_rules
+from slurm_attrib.ruleset.scanner import Scanner
+from slurm_attrib.ruleset.selftest import check_rule
+from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, SOURCE_KINDS
+
+RULES = load_rules()
+CORPUS = Path(__file__).parents[1].parent / "shared" / "corpus" / "dev"
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_rule_examples(rule):
+    failures = check_rule(rule)
+    assert not failures, "\n".join(str(f) for f in failures)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_rule_is_documented(rule):
+    assert rule.references and all(ref.startswith(("http://", "https://")) for ref in rule.references)
+    assert rule.description.strip(), f"{rule.id} has no description"
+    assert rule.examples.no_match, f"{rule.id} has no near-miss example"
+    if rule.event.hook:
+        assert rule.event.hook in HOOKS
+    if rule.event.role == "marker":
+        assert rule.event.category is None
+
+
+def test_pack_is_large_and_ids_unique():
+    ids = [r.id for r in RULES]
+    assert len(ids) == len(set(ids))
+    assert len(RULES) >= 80
+
+
+def test_every_rule_file_parses_with_documents():
+    files = [p for p in bundled_dir("rules").glob("*.yaml") if not p.name.startswith("_")]
+    assert {"gpu_xid.yaml", "nccl.yaml", "pytorch.yaml", "slurm.yaml", "markers.yaml"} <= {p.name for p in files}
+
+
+# --- Xid catalog -------------------------------------------------------------------------------
+
+REQUIRED_POINTS_AT = {
+    13: {"application", "informational"},
+    31: {"application", "informational"},
+    43: {"application", "informational"},
+    68: {"application", "informational"},
+    94: {"application", "informational"},
+    45: {"follow_on"},
+    154: {"follow_on"},
+}
+REQUIRED_HARDWARE = {
+    79: "gpu_fell_off_bus",
+    48: "gpu_uncorrectable_ecc",
+    95: "gpu_uncorrectable_ecc",
+    140: "gpu_uncorrectable_ecc",
+    64: "gpu_row_remap_failure",
+    74: "gpu_nvlink",
+    **{n: "gpu_nvlink" for n in range(144, 151)},
+    119: "gpu_firmware",
+    120: "gpu_firmware",
+}
+
+
+def test_xid_catalog_entries_are_complete():
+    catalog = xid_catalog()
+    assert len(catalog) >= 60
+    for number, entry in catalog.items():
+        assert 8 <= number <= 172
+        assert {"name", "description", "action", "points_at"} <= set(entry), number
+        assert entry["points_at"] in {"hardware", "application", "follow_on", "informational"}, number
+        if entry["points_at"] == "hardware":
+            assert entry["category"] in CATEGORIES_BY_DOMAIN["gpu"], number
+        else:
+            assert "category" not in entry, number
+
+
+@pytest.mark.parametrize("xid,allowed", sorted(REQUIRED_POINTS_AT.items()))
+def test_xid_not_hardware(xid, allowed):
+    assert xid_catalog()[xid]["points_at"] in allowed
+
+
+@pytest.mark.parametrize("xid,category", sorted(REQUIRED_HARDWARE.items()))
+def test_xid_hardware(xid, category):
+    entry = xid_catalog()[xid]
+    assert entry["points_at"] == "hardware"
+    assert entry["category"] == category
+
+
+def test_xid_catalog_cites_sources():
+    text = (bundled_dir("rules") / "_xid_catalog.yaml").read_text(encoding="utf-8")
+    assert "[S1]" in text and "analyzing-xid-catalog" in text and "[S2]" in text
+    assert "xids" in yaml.safe_load(text)
+
+
+# --- hooks through the scanner -----------------------------------------------------------------
+
+def _hits(text: str, kind: str = "kernel"):
+    return Scanner(RULES, accelerate=False).match_text(text, kind)
+
+
+def _one(text: str, rule_id: str, kind: str = "kernel"):
+    hits = [h for h in _hits(text, kind) if h.rule.id == rule_id]
+    assert len(hits) == 1, [h.rule.id for h in _hits(text, kind)]
+    return hits[0]
+
+
+def test_xid_hook_roles():
+    hit = _one("NVRM: Xid (PCI:0000:a1:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.", "gpu.xid")
+    assert (hit.role, hit.category, hit.strength) == ("cause", "gpu_fell_off_bus", 3)
+    hit = _one("NVRM: Xid (PCI:0000:cb:00): 13, pid=1, name=python, Graphics SM Warp Exception", "gpu.xid")
+    assert hit.role == "context" and hit.category is None
+    hit = _one("NVRM: Xid (PCI:0000:cb:00): 45, pid=1, name=python, Ch 00000010", "gpu.xid")
+    assert hit.role == "symptom"
+    hit = _one("NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", "gpu.xid")
+    assert hit.notes["recovery_action"] == "Node Reboot Required"
+    fatal = _one("NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000)", "gpu.xid")
+    assert (fatal.role, fatal.category, fatal.notes["nvlink_link"]) == ("cause", "gpu_nvlink", 8)
+    nonfatal = _one("NVRM: Xid (PCI:0018:01:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 03 (0x00000001 0x00000000)", "gpu.xid")
+    assert nonfatal.role == "context"
+
+
+def test_sxid_hook():
+    fatal = _one("nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, Fatal, Link 30 LTSSM Fault Up", "gpu.sxid")
+    assert (fatal.role, fatal.category) == ("cause", "gpu_nvlink")
+    minor = _one("nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)", "gpu.sxid")
+    assert (minor.role, minor.category) == ("context", None)
+
+
+def test_ib_status_hook():
+    line = "h1:1:2 [0] transport/net_ib.cc:881 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<47534> with error {}, opcode 48, len 32764, vendor err 244"
+    retry = _one(line.format(12), "nccl.ib_completion_error", "app")
+    assert retry.notes["ib_status_name"] == "IBV_WC_RETRY_EXC_ERR" and retry.role == "cause"
+    flush = _one(line.format(5), "nccl.ib_completion_error", "app")
+    assert flush.notes["ib_status_name"] == "IBV_WC_WR_FLUSH_ERR" and flush.role == "symptom"
+    assert len(IBV_WC_STATUS) == 22
+
+
+def test_nccl_busid_hook():
+    hit = _one("h:1:1 [0] NCCL INFO comm 0x1 rank 3 nranks 8 cudaDev 3 nvmlDev 3 busId 3b000 commId 0x2 - Init COMPLETE", "marker.nccl_rank", "app")
+    assert hit.notes["pci"] == "0000:3b:00"
+    hit = _one("h:1:1 [0] NCCL INFO comm 0x1 rank 3 nranks 8 cudaDev 3 busId 13b000 - Init COMPLETE", "marker.nccl_rank", "app")
+    assert hit.notes["pci"] == "0001:3b:00"
+
+
+def test_bare_killed_is_not_oom():
+    for kind in ("app", "kernel", "syslog"):
+        assert not [h for h in _hits("Killed\n", kind) if h.category == "host_oom"]
+
+
+def test_cuda_oom_beats_generic_exception():
+    ids = {h.rule.id for h in _hits("[rank11]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.35 GiB.", "app")}
+    assert ids == {"cuda.oom"}
+
+
+def test_nccl_wrappers_are_not_app_exceptions():
+    text = "torch.distributed.DistBackendError: NCCL error in: x.hpp:268, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5"
+    assert {h.rule.id for h in _hits(text, "app")} == {"nccl.system_error"}
+
+
+# --- loader errors -----------------------------------------------------------------------------
+
+GOOD_RULE = """
+id: site.sample
+title: sample
+sources: [app]
+match:
+  contains: ['sample error']
+  regex: 'sample error (?P<code>\\d+)'
+fields: {code: int}
+event: {type: sample, domain: application, category: app_exception, role: cause}
+references: [https://example.org]
+examples:
+  match: [{line: 'sample error 3', fields: {code: 3}}]
+  no_match: ['nothing']
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "site.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def test_site_rule_loads(tmp_path):
+    _write(tmp_path, GOOD_RULE)
+    rules = load_rules([tmp_path])
+    assert "site.sample" in {r.id for r in rules}
+
+
+@pytest.mark.parametrize(
+    "change,problem",
+    [
+        (("category: app_exception", "category: gpu_nvlink"), "does not belong to domain"),
+        (("regex: 'sample error (?P<code>\\d+)'", "regex: 'sample error (?P<code>\\d+'"), "does not compile"),
+        (("fields: {code: int}", "fields: {code: int, missing: int}"), "not named groups"),
+        (("role: cause}", "role: culprit}"), "role"),
+        (("sources: [app]", "sources: [app, email]"), "unknown source kind"),
+    ],
+)
+def test_broken_rule_names_file_rule_and_problem(tmp_path, change, problem):
+    old, new = change
+    assert old in GOOD_RULE
+    path = _write(tmp_path, GOOD_RULE.replace(old, new), "broken.yaml")
+    with pytest.raises(RuleError) as info:
+        load_rules([tmp_path])
+    message = str(info.value)
+    assert str(path) in message
+    assert "site.sample" in message
+    assert problem in message
+
+
+def test_unknown_keys_are_rejected(tmp_path):
+    path = _write(tmp_path, GOOD_RULE + "severity_override: 3\n", "extra.yaml")
+    with pytest.raises(RuleError) as info:
+        load_rules([tmp_path])
+    message = str(info.value)
+    assert str(path) in message and "site.sample" in message and "severity_override" in message
+
+
+def test_unknown_nested_key_is_rejected(tmp_path):
+    _write(tmp_path, GOOD_RULE.replace("role: cause}", "role: cause, weight: 2}"), "nested.yaml")
+    with pytest.raises(RuleError, match="weight"):
+        load_rules([tmp_path])
+
+
+def test_invalid_yaml_names_file(tmp_path):
+    path = _write(tmp_path, "id: x.y\ntitle: [unclosed\n", "bad.yaml")
+    with pytest.raises(RuleError, match=str(path).replace(".", r"\.")):
+        load_rules([tmp_path])
+
+
+# --- whole pack over the dev corpus ------------------------------------------------------------
+
+def _corpus_files():
+    if not CORPUS.is_dir():
+        return []
+    return sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.name != "expected.yaml")
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="dev corpus not present")
+@pytest.mark.parametrize("path", _corpus_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_pack_scans_corpus_file(path):
+    scanner = Scanner(RULES, accelerate=False)
+    data = path.read_bytes()
+    for kind in SOURCE_KINDS:
+        for hit in scanner.scan(data, kind):
+            assert hit.lineno >= 1
+            assert hit.role in ("cause", "symptom", "context", "marker")
+            if hit.role == "cause":
+                assert hit.category is not None
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="dev corpus not present")
+def test_corpus_expected_categories_have_a_matching_cause():
+    """Each dev case whose expected category is a failure has at least one rule hit of that category."""
+    scanner = Scanner(RULES, accelerate=False)
+    for case in sorted(p for p in CORPUS.iterdir() if p.is_dir()):
+        expected = yaml.safe_load((case / "expected.yaml").read_text(encoding="utf-8"))
+        if expected["domain"] in ("none", "unknown"):
+            continue
+        categories = set()
+        for path in case.iterdir():
+            if path.name == "expected.yaml":
+                continue
+            for kind in ("kernel", "app", "nvidia_smi"):
+                categories |= {h.category for h in scanner.scan(path.read_bytes(), kind)}
+        assert expected["category"] in categories, case.name
