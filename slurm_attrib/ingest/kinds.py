@@ -44,12 +44,16 @@ _RFC5424_LINE = re.compile(r"<\d{1,3}>1 \S+ \S+ (?P<prog>\S+) ")
 _SLURMD_LINE = re.compile(r"\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?\] ")
 _JOURNAL_MARKER = re.compile(r"-- (?:Logs begin at|Journal begins at|Boot [0-9a-f]+|No entries|Reboot)")
 
-_SMI_STRONG = re.compile(
-    r".*(?:NVIDIA-SMI|NVSMI LOG|Unable to determine the device handle for GPU|No devices were found"
+# anywhere in the line
+_SMI_MARKER = re.compile(
+    r"NVIDIA-SMI|NVSMI LOG|Unable to determine the device handle for GPU|No devices were found"
     r"|Failed to initialize NVML|couldn't communicate with the NVIDIA driver|\(UUID: GPU-"
     r"|GPU requires reset|pci\.bus_id|memory\.total|temperature\.gpu|clocks_(?:event|throttle)_reasons"
-    r"|retired_pages|remapped_rows|ecc\.errors)"
-    r"|GPU [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*$"
+    r"|retired_pages|remapped_rows|ecc\.errors"
+)
+# at the start of the line
+_SMI_START = re.compile(
+    r"GPU [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*$"
     r"|(?:Driver Version|CUDA Version|Attached GPUs|Timestamp)\s+: "
 )
 _SMI_TABLE = re.compile(r"\+[-=+]{8,}\+\s*$|\|.*\|\s*$")
@@ -102,76 +106,100 @@ def _command_hint(cmd: str) -> str | None:
     return None
 
 
-def _sample(data: bytes) -> list[str]:
+def _decode(raw: bytes) -> str:
+    return raw[: MAX_SAMPLE_LINE * 2].decode("utf-8", errors="replace")[:MAX_SAMPLE_LINE].rstrip("\r\n\x00")
+
+
+def _sample(data: bytes) -> tuple[list[bytes], list[bytes]]:
+    """(head lines, tail lines), undecoded; the tail is empty when the head covers the file."""
     head = data[:HEAD_BYTES]
     lines = head.split(b"\n", HEAD_LINES)[:HEAD_LINES]
-    if len(data) > HEAD_BYTES:
+    covered = len(data) <= HEAD_BYTES and head.count(b"\n") < HEAD_LINES
+    tail_lines: list[bytes] = []
+    if not covered:
         tail = data[-TAIL_BYTES:]
         cut = tail.find(b"\n")
-        tail_lines = tail[cut + 1:].split(b"\n") if cut >= 0 else []
-        lines.extend(tail_lines[-TAIL_LINES:])
-    out = []
-    for raw in lines:
-        text = raw[: MAX_SAMPLE_LINE * 2].decode("utf-8", errors="replace")[:MAX_SAMPLE_LINE]
-        out.append(text.rstrip("\r\n\x00"))
-    return out
+        tail_lines = tail[cut + 1:].split(b"\n")[-TAIL_LINES:] if cut >= 0 else []
+    return lines, tail_lines
+
+
+# A part of the sample stops early once this many lines were classified and one class holds
+# DECIDED_SHARE of them (keeps 10,000-file directories fast).
+DECIDED_AFTER = 40
+DECIDED_SHARE = 0.9
+
+
+_KERNEL_FIRST = frozenset("[<0123456789kumdalnscf")
+_SYSLOG_FIRST = frozenset("<0123456789JFMASONDTW")
+
+
+def _classify(line: str) -> tuple[str | None, str | None]:
+    """(class, command hint) of one sampled line; class None for neutral lines.
+
+    Classes: kernel, syslog, smi (strong nvidia-smi marker), smi_weak (table row, -q key/value,
+    CSV row), sysfs_strong, sysfs_num, sysfs, app.  Cheap first-character checks keep the
+    number of regexes tried per line small.
+    """
+    if not line or line.isspace():
+        return None, None
+    if _SMI_MARKER.search(line) or _SMI_START.match(line):
+        return "smi", None
+    first = line[0]
+    if first in "|+ \t0123456789" and (_SMI_TABLE.match(line) or _SMI_KV.match(line) or _SMI_CSV_ROW.match(line)):
+        return "smi_weak", None
+    if first in " \t":
+        if _IBSTAT_KV.match(line):
+            return "sysfs", None
+        return None, None  # continuation / indented output: neutral
+    if first in _KERNEL_FIRST and _KERNEL_LINE.match(line):
+        return "kernel", None
+    if first in _SYSLOG_FIRST:
+        found = _SYSLOG_LINE.match(line) or (_RFC5424_LINE.match(line) if first == "<" else None)
+        if found is not None:
+            return ("kernel" if found["prog"] == "kernel" else "syslog"), None
+    if first == "[" and _SLURMD_LINE.match(line):
+        return "syslog", None
+    if first in "/C" and _SYSFS_STRONG.match(line):
+        return "sysfs_strong", None
+    if "@" in line or first in "#$%":
+        prompt = _PROMPT.match(line)
+        if prompt is not None:
+            return None, _command_hint(prompt["cmd"] or prompt["cmd2"] or prompt["cmd3"] or "")
+    if first in ".…[<-#" and (_ELLIPSIS.match(line) or _JOURNAL_MARKER.match(line) or line.startswith("# ")):
+        return None, None
+    if ":" in line or "=" in line:
+        kv = _SYSFS_KV.match(line)
+        if kv is not None:
+            return ("sysfs_num" if _NUMERIC.match(kv["v"]) else "sysfs"), None
+    return "app", None
 
 
 def detect_kind(data: bytes, name: str) -> str:
     """One of 'kernel', 'syslog', 'app', 'nvidia_smi', 'sysfs', recognised from content."""
-    kernel = syslog = smi = smi_weak = smi_strong = sysfs = sysfs_strong = sysfs_numeric = app = 0
+    counts = dict.fromkeys(("kernel", "syslog", "smi", "smi_weak", "sysfs_strong", "sysfs_num", "sysfs", "app"), 0)
     hints: list[str] = []
-    for line in _sample(data):
-        if not line.strip():
-            continue
-        if _SMI_STRONG.match(line):
-            smi += 1
-            smi_strong += 1
-            continue
-        if _SMI_TABLE.match(line) or _SMI_KV.match(line) or _SMI_CSV_ROW.match(line):
-            smi_weak += 1
-            continue
-        first = line[0]
-        if first in " \t":
-            if _IBSTAT_KV.match(line):
-                sysfs += 1
-            continue  # continuation / indented output: neutral
-        if _KERNEL_LINE.match(line):
-            kernel += 1
-            continue
-        found = _SYSLOG_LINE.match(line) or (_RFC5424_LINE.match(line) if first == "<" else None)
-        if found is not None:
-            if found["prog"] == "kernel":
-                kernel += 1
-            else:
-                syslog += 1
-            continue
-        if first == "[" and _SLURMD_LINE.match(line):
-            syslog += 1
-            continue
-        if _SYSFS_STRONG.match(line):
-            sysfs += 1
-            sysfs_strong += 1
-            continue
-        prompt = _PROMPT.match(line)
-        if prompt is not None:
-            hint = _command_hint(prompt["cmd"] or prompt["cmd2"] or prompt["cmd3"] or "")
-            if hint:
-                hints.append(hint)
-            continue
-        if _ELLIPSIS.match(line) or _JOURNAL_MARKER.match(line) or line.startswith("# "):
-            continue
-        kv = _SYSFS_KV.match(line)
-        if kv is not None:
-            sysfs += 1
-            if _NUMERIC.match(kv["v"]):
-                sysfs_numeric += 1
-            continue
-        app += 1
+    for part in _sample(data):
+        classified = 0
+        for raw in part:
+            cls, command = _classify(_decode(raw))
+            if command:
+                hints.append(command)
+            if cls is None:
+                continue
+            counts[cls] += 1
+            classified += 1
+            if classified % DECIDED_AFTER == 0 and max(counts.values()) >= DECIDED_SHARE * sum(counts.values()):
+                break
+    kernel, syslog, app = counts["kernel"], counts["syslog"], counts["app"]
+    smi_strong = counts["smi"]
+    sysfs_strong = counts["sysfs_strong"]
+    sysfs_numeric = counts["sysfs_num"] + sysfs_strong
+    sysfs = counts["sysfs"] + counts["sysfs_num"] + sysfs_strong
     if smi_strong:
-        smi += smi_weak
+        smi = smi_strong + counts["smi_weak"]
     else:
-        app += smi_weak
+        smi = 0
+        app += counts["smi_weak"]
 
     by_name = name_hint(name)
     hint = hints[-1] if hints else by_name
