@@ -25,6 +25,8 @@ from slurm_attrib.ingest.origin import Origin, line_origin
         (" 3: hello", Origin(task=3)),
         ("12: [rank12]: OSError: [Errno 116] Stale file handle", Origin(rank=12, task=12)),
         ("7: gpu03:11:22 [1] NCCL INFO Init COMPLETE", Origin("gpu03", task=7)),
+        ("[default1]:[rank9]: RuntimeError: boom", Origin(rank=9)),
+        ("[default1]:gpu03:11:22 [1] NCCL INFO x", Origin("gpu03")),
         ("7: [2024-12-02 13:04:06] gpu03:11:22 [1] misc.cc:1 NCCL WARN x", Origin("gpu03", task=7)),
         # syslog host fields
         ("Dec  2 13:04:06 gpu01 kernel: NVRM: Xid (PCI:0000:a1:00): 79", Origin("gpu01")),

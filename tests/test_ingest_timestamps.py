@@ -68,6 +68,7 @@ T = utc(2024, 12, 2, 13, 4, 6)
         ("12: 2024-12-02 13:04:06,123 - root - INFO - hello", None, T + 0.123, None),
         (" 3: [rank3]:[W1202 13:04:06.000000000 ProcessGroupNCCL.cpp:1] x", 2024, T, None),
         ("12: [2024-12-02 13:04:06] gpu01:1:2 [0] NCCL WARN x", None, T, None),
+        ("[default0]:[rank0]:[E1202 13:04:06.000000000 ProcessGroupNCCL.cpp:1] x", 2024, T, None),
         # dmesg -x facility prefix
         ("kern  :err   : [  123.456] NVRM: Xid", None, None, 123.456),
     ],

@@ -31,6 +31,7 @@ class Origin:
 NO_ORIGIN = Origin()
 
 _LABEL = re.compile(r" {0,6}(\d{1,6}): ")
+_DEFAULT_PREFIX = re.compile(r"\[default\d{1,5}\]:")
 _RANK_PREFIX = re.compile(r"\[(?:rank|RANK)(\d{1,7})\]:")
 _NCCL_TIME = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\] ")
 _NCCL = re.compile(r"([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[-?\d+\] ")
@@ -71,6 +72,9 @@ def line_origin(text: str) -> Origin:
     m = _LABEL.match(text)
     if m is not None:
         task = int(m.group(1))
+        pos = m.end()
+    m = _DEFAULT_PREFIX.match(text, pos)  # torchrun's [defaultN]: is a local rank: skipped
+    if m is not None:
         pos = m.end()
     m = _RANK_PREFIX.match(text, pos)
     if m is not None:

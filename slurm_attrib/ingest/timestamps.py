@@ -49,6 +49,7 @@ _ZONE = r"(?P<zone>Z|[+-]\d\d(?::?\d\d)?)?"
 # Prefixes stripped before looking for the leading timestamp.
 _PREFIX = re.compile(
     r"\s*(?:\d{1,6}: )?"  # srun --label
+    r"(?:\[default\d+\]:)?"  # torchrun --tee / log-line prefix (local rank)
     r"(?:\[(?:rank|RANK)\d+\]:)?"  # PyTorch [rankN]:
     r"(?:<\d{1,3}>(?:1 )?)?"  # syslog <PRI>, RFC 5424 version
     r"(?:[a-z]{2,8} *:[a-z]{2,7} *: )?"  # dmesg -x "kern  :err   : "
