@@ -1,0 +1,222 @@
+"""Read a capture spool job directory (<spool>/<jobid>/) into the Evidence interface.
+
+Layout written by the node Epilog (slurm_attrib.capture.epilog):
+
+    <jobid>/nodes/<node>.json.gz     one gzip JSON node bundle per node (format sattrib-node-bundle)
+    <jobid>/job.json                 optional job record (e.g. from the controller: state, times)
+
+Every source of every node bundle becomes one `BundleSource` (a SourceFile):
+
+    rel   nodes/<node>.json.gz/<source name>
+    node  the bundle's node
+    kind  the source's kind; trusted = kind in vocab.TRUSTED_KINDS
+    data  the kept lines joined with "\\n" (the pre-filter kept only some lines of the source)
+    line_numbers  line_numbers[i] is the ORIGINAL line number in the node's real source of the
+          (i+1)-th line of `data`.  The scanner numbers lines of `data` from 1; map a scanner line
+          n through `source.line_numbers[n - 1]` (see `original_line`) to report evidence lines that
+          point into the real dmesg / syslog / job output.
+
+Coverage: one entry per node source (status as captured: ok, empty, missing, forbidden, timeout,
+truncated, error, skipped), a node of the job without a bundle -> status `missing` (source
+"bundle"; the engine reads this for NODE_FAIL), a bad or corrupt bundle -> status `unreadable`
+with detail.  Never raises for bad bundle content.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_attrib.ingest.types import CoverageEntry, Evidence, JobContext, SourceFile
+from slurm_attrib.vocab import SOURCE_KINDS, TRUSTED_KINDS
+
+BUNDLE_FORMAT = "sattrib-node-bundle"
+SUPPORTED_VERSIONS = (1,)
+MAX_BUNDLE_BYTES = 256 * 1024 * 1024  # decompressed; a bigger bundle is unreadable
+_NODE_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+@dataclass
+class BundleSource(SourceFile):
+    """A SourceFile from a node bundle; `line_numbers[i]` is the original line of data line i+1."""
+
+    line_numbers: list[int] = field(default_factory=list)
+    status: str = "ok"
+
+    def original_line(self, scanner_line: int) -> int:
+        """Original source line for a 1-based line number of `data` (identity when unknown)."""
+        if 1 <= scanner_line <= len(self.line_numbers):
+            return self.line_numbers[scanner_line - 1]
+        return scanner_line
+
+
+def is_spool_job_dir(path: Path) -> bool:
+    """A capture spool job directory: has a nodes/ folder with node bundles (or is empty of them
+    but holds a job.json written for this layout)."""
+    path = Path(path)
+    nodes = path / "nodes"
+    if not nodes.is_dir():
+        return False
+    try:
+        return any(p.name.endswith(".json.gz") and not p.name.startswith(".") for p in nodes.iterdir()) or (
+            path / "job.json"
+        ).is_file()
+    except OSError:
+        return False
+
+
+def _read_bundle(path: Path) -> dict:
+    with gzip.open(path, "rb") as f:
+        raw = f.read(MAX_BUNDLE_BYTES + 1)
+    if len(raw) > MAX_BUNDLE_BYTES:
+        raise ValueError(f"decompressed size over {MAX_BUNDLE_BYTES} bytes")
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    if data.get("format") != BUNDLE_FORMAT:
+        raise ValueError(f"format {data.get('format')!r} is not {BUNDLE_FORMAT}")
+    if data.get("version") not in SUPPORTED_VERSIONS:
+        raise ValueError(f"unsupported bundle version {data.get('version')!r}")
+    if not isinstance(data.get("sources", []), list):
+        raise ValueError("sources is not a list")
+    return data
+
+
+def _num(value) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _source_file(node: str, rel_bundle: str, src: dict) -> tuple[BundleSource | None, CoverageEntry]:
+    name = str(src.get("name") or "?")
+    kind = src.get("kind") if src.get("kind") in SOURCE_KINDS else None
+    status = str(src.get("status") or "error")
+    detail = str(src.get("detail") or "")
+    extra = []
+    if src.get("lines_total") is not None:
+        extra.append(f"{src.get('lines_kept', 0)} of {src.get('lines_total')} lines kept")
+    if src.get("line_base_known") is False:
+        extra.append("line numbers relative to the scanned window")
+    full_detail = "; ".join(x for x in [detail, *extra] if x)
+    coverage = CoverageEntry(node=node, source=f"{rel_bundle}/{name}", kind=kind, status=status, detail=full_detail)
+    lines = src.get("lines") or []
+    numbers: list[int] = []
+    texts: list[str] = []
+    for item in lines:
+        if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], int) and isinstance(item[1], str):
+            numbers.append(item[0])
+            texts.append(item[1].replace("\n", " "))
+    if kind is None or not texts:
+        return None, coverage
+    data = ("\n".join(texts) + "\n").encode("utf-8", "replace")
+    source = BundleSource(
+        rel=f"{rel_bundle}/{name}",
+        node=node,
+        kind=kind,
+        trusted=kind in TRUSTED_KINDS,
+        data=data,
+        line_numbers=numbers,
+        status=status,
+    )
+    return source, coverage
+
+
+def load_spool_job(path: Path) -> Evidence:
+    """Node bundles of one job -> Evidence (files, coverage, JobContext).  Never raises for bad
+    bundles; an unreadable directory gives an Evidence with only coverage entries."""
+    path = Path(path)
+    files: list[SourceFile] = []
+    coverage: list[CoverageEntry] = []
+    bundles: list[tuple[str, dict]] = []
+    nodes_dir = path / "nodes"
+    try:
+        candidates = sorted(p for p in nodes_dir.iterdir() if p.name.endswith(".json.gz") and not p.name.startswith("."))
+    except OSError as exc:
+        candidates = []
+        coverage.append(CoverageEntry(None, "nodes", None, "missing", f"cannot list nodes/: {exc.strerror or exc}"))
+    for bundle_path in candidates:
+        rel = f"nodes/{bundle_path.name}"
+        file_node = bundle_path.name[: -len(".json.gz")]
+        try:
+            if bundle_path.is_symlink() or not bundle_path.is_file():
+                raise ValueError("not a regular file")
+            data = _read_bundle(bundle_path)
+        except (OSError, EOFError, ValueError, zlib.error, UnicodeDecodeError) as exc:
+            coverage.append(CoverageEntry(file_node, rel, None, "unreadable", f"{type(exc).__name__}: {exc}"[:300]))
+            continue
+        node = str(data.get("node") or file_node)
+        if node != file_node or not _NODE_RE.match(node):
+            coverage.append(CoverageEntry(file_node, rel, None, "unreadable", f"bundle names node {node!r}"))
+            continue
+        bundles.append((node, data))
+        for src in data.get("sources") or []:
+            if not isinstance(src, dict):
+                continue
+            source, cov = _source_file(node, rel, src)
+            coverage.append(cov)
+            if source is not None:
+                files.append(source)
+        errors = (data.get("capture") or {}).get("errors") or []
+        if errors:
+            coverage.append(
+                CoverageEntry(node, f"{rel}/capture", None, "ok", "epilog errors: " + " | ".join(map(str, errors))[:500])
+            )
+
+    job = _job_context(path, bundles, coverage)
+    seen = {node for node, _ in bundles} | {c.node for c in coverage if c.status == "unreadable"}
+    for node in job.nodes:
+        if node not in seen:
+            coverage.append(CoverageEntry(node, f"nodes/{node}.json.gz", None, "missing", "no node bundle"))
+    return Evidence(root=path, job=job, files=files, coverage=coverage)
+
+
+def _job_context(path: Path, bundles: list[tuple[str, dict]], coverage: list[CoverageEntry]) -> JobContext:
+    record: dict = {}
+    job_json = path / "job.json"
+    if job_json.is_file():
+        try:
+            loaded = json.loads(job_json.read_text(encoding="utf-8"))
+            if isinstance(loaded, dict):
+                record = loaded
+        except (OSError, ValueError) as exc:
+            coverage.append(CoverageEntry(None, "job.json", "job", "unreadable", str(exc)[:300]))
+    job_id = record.get("job_id")
+    user = record.get("user")
+    exit_code = record.get("exit_code")
+    state = record.get("state")
+    starts, ends, nodes = [], [], []
+    for _, data in bundles:
+        ctx = data.get("job") if isinstance(data.get("job"), dict) else {}
+        job_id = job_id or ctx.get("job_id")
+        user = user or ctx.get("user")
+        exit_code = exit_code or ctx.get("exit_code")
+        state = state or ctx.get("state")
+        if _num(ctx.get("start")) is not None and ctx.get("start_from") != "boot":
+            starts.append(_num(ctx.get("start")))
+        if _num(ctx.get("end")) is not None:
+            ends.append(_num(ctx.get("end")))
+        for n in ctx.get("nodes") or []:
+            if isinstance(n, str) and _NODE_RE.match(n) and n not in nodes:
+                nodes.append(n)
+    if isinstance(record.get("nodes"), list):
+        nodes = [n for n in record["nodes"] if isinstance(n, str) and _NODE_RE.match(n)] or nodes
+    if not nodes:
+        nodes = [node for node, _ in bundles]
+    start = _num(record.get("start")) if record.get("start") is not None else (min(starts) if starts else None)
+    end = _num(record.get("end")) if record.get("end") is not None else (max(ends) if ends else None)
+    return JobContext(
+        job_id=str(job_id) if job_id is not None else None,
+        user=str(user) if user is not None else None,
+        state=str(state).upper() if state else None,
+        exit_code=str(exit_code) if exit_code is not None else None,
+        start=start,
+        end=end,
+        nodes=tuple(nodes),
+        source="job.json" if record else (f"nodes/{bundles[0][0]}.json.gz" if bundles else None),
+    )
