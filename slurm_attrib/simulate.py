@@ -472,6 +472,8 @@ class _Job:
         self.out.append((t, self._next(), f"srun: error: {node.host}: task {node.index}: {what}"))
 
     def step_abort(self, t: float, reason: str = "") -> None:
+        if not reason:  # srun --kill-on-bad-exit ends the step after a task failed
+            self.out.append((t - 0.01, self._next(), f"srun: Terminating StepId={self.job_id}.0"))
         self.out.append((t, self._next(), "srun: Job step aborted: Waiting up to 32 seconds for job step to finish."))
         stamp = iso(t + self.batch.skew)
         self.out.append((t + 0.01, self._next(), f"slurmstepd: error: *** STEP {self.job_id}.0 ON {self.batch.host} CANCELLED AT {stamp}{reason} ***"))
@@ -681,10 +683,10 @@ def s_gpu_firmware(job: _Job) -> GroundTruth:
 def s_gpu_hardware_other(job: _Job) -> GroundTruth:
     def lines(node: _Node, t: float, rank: int, bus: str) -> None:
         job.gpu_preamble(node, t - 0.002, bus)
-        job.kern(node, t, _xid(bus, 62, "0f4a(2d30) 00000000 00000000"))
+        job.kern(node, t, _xid(bus, 46, "GPU stopped processing"))
         job.kern(node, t + 0.3, _xid(bus, 45, "Ch 00000010, errorString CTX SWITCH TIMEOUT, Info 0x1c010", job.pids[rank]))
 
-    return _gpu_hang(job, lines, "gpu", "gpu_hardware_other", "Xid 62 (PMU halt) on one GPU followed by Xid 45; peers time out")
+    return _gpu_hang(job, lines, "gpu", "gpu_hardware_other", "Xid 46 (GPU stopped processing) on one GPU followed by Xid 45; peers time out")
 
 
 def _ib_errors(job: _Job, reporters: list[int], peer: _Node, t: float) -> None:
@@ -742,7 +744,6 @@ def s_link_down(job: _Job) -> GroundTruth:
     node = job.pick_node()
     if node.syslog_fmt is None:  # the carrier loss is logged by systemd-networkd: keep a syslog here
         node.syslog_fmt, node.syslog_name = "rfc3164", "syslog"
-    job.kern(node, tf - 0.3, f"mlx5_core {HCA_BUS}: Port module event[error]: module 0, Cable error, Bad or shorted cable/module")
     job.kern(node, tf, f"mlx5_core {HCA_BUS} ib0: Link down")
     job.sys(node, tf + 0.05, f"systemd-networkd[{node.networkd_pid}]", "ib0: Lost carrier")
     job.end = _network_fault(job, node, tf + job.rng.uniform(28, 33))
@@ -1122,7 +1123,7 @@ SCENARIOS: dict[str, Scenario] = {
             Scenario("gpu_row_remap_failure", "Xid 64 on one GPU", s_gpu_row_remap_failure),
             Scenario("gpu_nvlink", "Xid 74 on one GPU", s_gpu_nvlink),
             Scenario("gpu_firmware", "Xid 119 GSP timeout", s_gpu_firmware),
-            Scenario("gpu_hardware_other", "Xid 62", s_gpu_hardware_other),
+            Scenario("gpu_hardware_other", "Xid 46", s_gpu_hardware_other),
             Scenario("link_down", "mlx5 Link down + Lost carrier; NCCL IB status 12 on peers", s_link_down),
             Scenario("transport_error", "NCCL IB errors only in job output", s_transport_error),
             Scenario("fabric_other", "mlx5 HCA health failure", s_fabric_other),
