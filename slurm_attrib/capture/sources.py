@@ -275,6 +275,7 @@ class GrepEngine:
             env=CMD_ENV,
             start_new_session=True,
         )
+        _grow_pipe(self.proc.stdin)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -315,6 +316,16 @@ class GrepEngine:
             rc = -9
         if rc not in (0, 1) and not self.error:
             self.error = f"pre-filter (grep) exit status {rc}"
+
+
+def _grow_pipe(f) -> None:
+    """Fewer context switches per MB: a 1 MB pipe instead of 64 KB (Linux; best effort)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(f.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), CHUNK)
+    except (OSError, ImportError):
+        pass
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -446,6 +457,7 @@ def run_command(src: SourceConfig, argv: list[str], res: dict, sink: Sink, deadl
         res["status"], res["detail"] = "error", f"cannot run {exe}: {exc.strerror or exc}"
         return
     procs.append(proc)
+    _grow_pipe(proc.stdout)
     err_tail = b""
     timed_out = capped = False
     sel = selectors.DefaultSelector()
