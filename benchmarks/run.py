@@ -247,8 +247,12 @@ def child(path: str) -> None:
     t = time.perf_counter()
     d = analyze_path(Path(path))
     seconds = time.perf_counter() - t
+    t = time.perf_counter()
+    analyze_path(Path(path))  # again, with the rule pack already compiled (cached in-process)
+    warm = time.perf_counter() - t
     print(json.dumps({
         "seconds": seconds,
+        "warm": warm,
         "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "diagnosis": {k: v for k, v in json.loads(d.model_dump_json()).items() if k in ("domain", "category", "culprit_nodes", "quality", "drain")},
     }))
@@ -270,7 +274,7 @@ def job_dir(nodes: int) -> tuple[Path, dict]:
 
 def bench_scale(sizes: list[int]) -> dict:
     rows = []
-    print(f"  {'nodes':>6s} {'ranks':>6s} {'input MB':>9s} {'gen s':>6s} {'analyze s':>10s} {'wall s':>7s} {'peak MB':>8s} {'children MB':>11s}  verdict")
+    print(f"  {'nodes':>6s} {'ranks':>6s} {'input MB':>9s} {'gen s':>6s} {'analyze s':>10s} {'warm s':>7s} {'wall s':>7s} {'peak MB':>8s} {'children MB':>11s}  verdict")
     for nodes in sizes:
         t = time.perf_counter()
         folder, truth = job_dir(nodes)
@@ -291,17 +295,17 @@ def bench_scale(sizes: list[int]) -> dict:
         fits = (d["domain"], d["category"], sorted(d["culprit_nodes"]), drain) == (truth["domain"], truth["category"], truth["culprit_nodes"], truth["drain_nodes"]) and d["quality"] in truth["allowed_qualities"]
         verdict = f"{d['domain']}/{d['category']} {','.join(d['culprit_nodes']) or '-'} ({d['quality']}) {'ok' if fits else 'WRONG, expected ' + truth['category'] + ' ' + ','.join(truth['culprit_nodes'])}"
         peak = r["maxrss_kb"] / 1024
-        print(f"  {nodes:6d} {nodes * 8:6d} {size:9.1f} {gen:6.2f} {r['seconds']:10.2f} {wall:7.2f} {peak:8.1f} {children_mb:11.1f}  {verdict}")
-        rows.append({"nodes": nodes, "seconds": r["seconds"], "wall": wall, "peak_mb": peak, "input_mb": size, "fits": fits})
+        print(f"  {nodes:6d} {nodes * 8:6d} {size:9.1f} {gen:6.2f} {r['seconds']:10.2f} {r['warm']:7.2f} {wall:7.2f} {peak:8.1f} {children_mb:11.1f}  {verdict}")
+        rows.append({"nodes": nodes, "seconds": r["seconds"], "warm": r["warm"], "wall": wall, "peak_mb": peak, "input_mb": size, "fits": fits})
     good = [r for r in rows if "error" not in r]
     ok = None
     if len(good) >= 2:
         a, b = good[0], good[-1]
         dn = b["nodes"] - a["nodes"]
-        print(f"\n  growth {a['nodes']}->{b['nodes']} nodes: {(b['seconds'] - a['seconds']) / dn * 1000:.2f} ms/node, "
+        print(f"\n  growth {a['nodes']}->{b['nodes']} nodes: {(b['warm'] - a['warm']) / dn * 1000:.2f} ms/node (warm), "
               f"{(b['peak_mb'] - a['peak_mb']) / dn * 1024:.0f} KB/node peak RSS")
         for r in good[1:]:
-            print(f"    {r['nodes']:5d} nodes: {r['seconds'] / r['nodes'] * 1000:.2f} ms/node overall, {r['seconds'] / max(r['input_mb'], 1e-9):.3f} s/MB of input")
+            print(f"    {r['nodes']:5d} nodes: {r['warm'] / r['nodes'] * 1000:.2f} ms/node (warm), {r['warm'] / max(r['input_mb'], 1e-9):.3f} s/MB of input")
         biggest = good[-1]
         if biggest["nodes"] >= 1024:
             ok = biggest["seconds"] <= TARGET_1024_SECONDS
