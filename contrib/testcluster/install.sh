@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Install the Debian packages the local test cluster needs (idempotent).
+# Exits 0 quickly when everything is already installed.
+set -euo pipefail
+
+PKGS=(slurm-wlm slurmdbd slurm-client munge mariadb-server)
+# Binaries that must exist afterwards (package -> binary sanity check).
+BINS=(slurmctld slurmd slurmdbd sbatch sacct sacctmgr munged mariadbd)
+
+have_all() {
+    local b
+    for b in "${BINS[@]}"; do
+        command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] || return 1
+    done
+    dpkg-query -W -f='${Status}\n' "${PKGS[@]}" 2>/dev/null | grep -vq '^install ok installed$' && return 1
+    return 0
+}
+
+if have_all; then
+    echo "testcluster/install.sh: all packages present"
+    exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "testcluster/install.sh: SKIP: must run as root to install ${PKGS[*]}" >&2
+    exit 2
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "testcluster/install.sh: SKIP: apt-get not found (Debian/Ubuntu only); install ${PKGS[*]} by hand" >&2
+    exit 3
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+# Never start services from the postinst (there is no init system here anyway).
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy"
+    chmod 755 "$policy"
+    created_policy=1
+fi
+cleanup() { [ "$created_policy" = 1 ] && rm -f "$policy"; return 0; }
+trap cleanup EXIT
+
+echo "testcluster/install.sh: installing ${PKGS[*]}"
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+    "${PKGS[@]}" >/dev/null
+
+if ! have_all; then
+    echo "testcluster/install.sh: ERROR: packages installed but binaries missing" >&2
+    exit 1
+fi
+echo "testcluster/install.sh: done"
