@@ -82,7 +82,11 @@ def test_unorderable_faults_on_two_nodes_are_ambiguous(tmp_path):
     diagnosis = analyze_path(job)
     assert diagnosis.quality == "ambiguous"
     assert diagnosis.culprit_nodes == ["gpu01", "gpu02"]
-    assert diagnosis.drain == []
+    # Each GPU really fell off the bus (kernel evidence): both nodes are drained, each on its own Xid.
+    assert [(d.node, d.reason[:22]) for d in diagnosis.drain] == [
+        ("gpu01", "sattrib: Xid79 GPU 3b:"),
+        ("gpu02", "sattrib: Xid79 GPU 5e:"),
+    ]
 
 
 def test_hang_points_at_the_only_silent_node(tmp_path):

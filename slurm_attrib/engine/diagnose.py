@@ -51,12 +51,23 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
 
 
-def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str]) -> Diagnosis:
+# Scheduler causes each job state agrees with; under any other known state they are step teardown.
+SCHEDULER_STATES = {
+    "time_limit": {"TIMEOUT", "DEADLINE"},
+    "preempted": {"PREEMPTED", "REQUEUED"},
+    "cancelled": {"CANCELLED"},
+}
+
+
+def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], last_seen: dict[str, float]) -> Diagnosis:
     job = evidence.job
     events = events + _job_state_events(evidence)
+    _date_node_failures(events, last_seen)
     correlate.apply_job_window(events, job)
     correlate.link_xid_bursts(events)
     _demote_teardown(events)
+    _reconcile_with_job_state(events, job)
+    _discard_contradicted_claims(events, evidence)
     verdict = _judge(events, job)
     drains = _drains(verdict, job)
     return Diagnosis(
@@ -82,7 +93,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str]) ->
 
 def _job_state_events(evidence: Evidence) -> list[Event]:
     job = evidence.job
-    state = (job.state or "").split()[0].upper() if job.state else ""
+    state = _state(job)
     if state not in STATE_CAUSES:
         return []
     domain, category = STATE_CAUSES[state]
@@ -102,6 +113,7 @@ def _job_state_events(evidence: Evidence) -> list[Event]:
             text=f"state: {job.state}",
             kind="job",
             trusted=True,
+            kernel_side=False,
             order=(-1, 0),
             time=job.end,
         )
@@ -117,6 +129,53 @@ def _line_of(evidence: Evidence, source: str, needle: str) -> int:
         if needle in line:
             return number
     return 1
+
+
+def _date_node_failures(events: list[Event], last_seen: dict[str, float]) -> None:
+    """Slurm notices a dead node minutes late (SlurmdTimeout): the failure began when it went silent."""
+    for event in events:
+        silent_since = last_seen.get(event.node or "")
+        if event.category == "node_failure" and silent_since is not None:
+            if event.time is None or silent_since < event.time:
+                event.notes["reported_at"] = event.time
+                event.time = silent_since
+
+
+def _reconcile_with_job_state(events: list[Event], job: JobContext) -> None:
+    """Slurm's own job state is authoritative: a 'CANCELLED' step banner in a FAILED job is teardown."""
+    state = _state(job)
+    if not state:
+        return
+    for event in events:
+        agreeing = SCHEDULER_STATES.get(event.category or "")
+        if event.role == "cause" and agreeing is not None and state not in agreeing:
+            event.role = "symptom"
+            event.notes["job_state"] = f"job state {state} disagrees"
+
+
+def _discard_contradicted_claims(events: list[Event], evidence: Evidence) -> None:
+    """A kernel message printed in the job's output that the node's own kernel log does not hold.
+
+    Users can print anything; when the node's kernel or syslog is present and shows no such
+    event, the printed line is a forgery or a copy, and only context.
+    """
+    logged_nodes = {f.node for f in evidence.files if f.trusted and f.kind in ("kernel", "syslog")}
+    confirmed = {(e.node, e.rule_id) for e in events if e.trusted}
+    confirmed_anywhere = {rule_id for _node, rule_id in confirmed}
+    all_logged = bool(evidence.job.nodes) and set(evidence.job.nodes) <= logged_nodes
+    for event in events:
+        if event.trusted or not event.kernel_side or event.role != "cause":
+            continue
+        if event.node in logged_nodes and (event.node, event.rule_id) not in confirmed:
+            event.role = "context"
+            event.notes["contradicted"] = f"not in {event.node}'s own kernel log"
+        elif event.node is None and all_logged and event.rule_id not in confirmed_anywhere:
+            event.role = "context"
+            event.notes["contradicted"] = "in no node's own kernel log"
+
+
+def _state(job: JobContext) -> str | None:
+    return job.state.split()[0].upper() if job.state else None
 
 
 def _demote_teardown(events: list[Event]) -> None:
@@ -168,11 +227,11 @@ def _choose_primary(candidates: list[Event]) -> tuple[Event, list[Event]]:
 
 def _independent_rivals(primary: Event, others: list[Event]) -> list[Event]:
     """Hardware candidates on other nodes that timing cannot order against the primary."""
-    if primary.domain not in DRAINABLE_DOMAINS or primary.node is None:
+    if primary.domain not in DRAINABLE_DOMAINS or primary.node is None or not primary.trusted:
         return []
     rivals: dict[str, Event] = {}
     for other in others:
-        if other.domain in DRAINABLE_DOMAINS and other.node and other.node != primary.node:
+        if other.domain in DRAINABLE_DOMAINS and other.trusted and other.node and other.node != primary.node:
             if other.time is None and other.order[0] == primary.order[0]:
                 continue  # same file, ordered by lines
             rivals.setdefault(other.node, other)
@@ -216,8 +275,8 @@ def _culprits(verdict: Verdict, events: list[Event], job: JobContext) -> list[st
         return []
     if verdict.rivals:
         return sorted({primary.node, *(r.node for r in verdict.rivals)} - {None})
-    if primary.type == "job_state" and primary.category == "node_failure":
-        return _nodes_without_evidence(events, job)
+    if primary.category == "node_failure" and primary.node is None:
+        return _failed_nodes(events, job)
     if primary.category == "transport_error" and not primary.trusted:
         return _blamed_peer(events)
     if primary.node:
@@ -228,7 +287,11 @@ def _culprits(verdict: Verdict, events: list[Event], job: JobContext) -> list[st
     return []
 
 
-def _nodes_without_evidence(events: list[Event], job: JobContext) -> list[str]:
+def _failed_nodes(events: list[Event], job: JobContext) -> list[str]:
+    """The node Slurm names (`srun: error: Node failure on X`), else the one node that left no evidence."""
+    named = sorted({e.node for e in events if e.category == "node_failure" and e.node})
+    if len(named) == 1:
+        return named
     seen = {e.node for e in events if e.node}
     missing = sorted(set(job.nodes) - seen)
     return missing if len(missing) == 1 else []
@@ -274,7 +337,7 @@ def _judge_without_cause(events: list[Event], job: JobContext) -> Verdict:
             verdict.notes.append(f"every node but {suspects[0]} reported a collective timeout")
         return verdict
     failing = [e for e in events if e.role == "symptom"]
-    state = (job.state or "").split()[0].upper() if job.state else None
+    state = _state(job)
     if state in FAILED_STATES or failing:
         return Verdict(domain="unknown", category="no_evidence", quality="insufficient")
     quality = "confirmed" if state == "COMPLETED" else "likely"
@@ -282,17 +345,16 @@ def _judge_without_cause(events: list[Event], job: JobContext) -> Verdict:
 
 
 def _drains(verdict: Verdict, job: JobContext) -> list[Drain]:
-    primary = verdict.primary
-    if (
-        primary is None
-        or verdict.quality != "confirmed"
-        or primary.domain not in DRAINABLE_DOMAINS
-        or not primary.trusted
-        or verdict.systemic
-        or not 0 < len(verdict.culprits) <= MAX_DRAIN_NODES
-    ):
+    """Confirmed hardware faults from sources the user cannot write; ambiguous ones too, each
+    node on its own evidence; never a systemic problem or more than MAX_DRAIN_NODES nodes."""
+    if verdict.primary is None or verdict.quality not in ("confirmed", "ambiguous") or verdict.systemic:
         return []
-    return [Drain(node=node, reason=drain_reason(primary, job)) for node in verdict.culprits]
+    faults = [verdict.primary, *verdict.rivals]
+    drainable = [e for e in faults if e.domain in DRAINABLE_DOMAINS and e.trusted and e.strength == 3]
+    if len(drainable) != len(faults) or not 0 < len(verdict.culprits) <= MAX_DRAIN_NODES:
+        return []
+    by_node = {e.node: e for e in drainable if e.node}
+    return [Drain(node=node, reason=drain_reason(by_node[node], job)) for node in verdict.culprits if node in by_node]
 
 
 def _alternatives(events: list[Event], verdict: Verdict) -> list[Event]:

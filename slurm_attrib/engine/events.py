@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_attrib.ingest.origin import line_origin
-from slurm_attrib.ingest.timestamps import estimate_boot_times, parse_line_time, time_before, year_hint
+from slurm_attrib.ingest.timestamps import (
+    estimate_boot_times,
+    last_time,
+    parse_line_time,
+    time_after,
+    time_before,
+    year_hint,
+)
 from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
 from slurm_attrib.ruleset.scanner import Hit, Scanner
 
@@ -26,9 +34,12 @@ class Event:
     text: str
     kind: str
     trusted: bool
+    kernel_side: bool  # the rule reads kernel messages: in job output such a line is only a claim
     order: tuple[int, int]  # (file index, line): the order of lines that have no time
     time: float | None = None  # UNIX seconds, UTC
-    time_inherited: bool = False  # taken from an earlier line of the same file
+    time_inherited: bool = False  # taken from a nearby line of the same file
+    mono: float | None = None  # seconds since boot, for kernel lines not yet placed on the wall clock
+    body: str = ""  # the message without its time and host prefix, to find the same line elsewhere
     node: str | None = None
     host: str | None = None  # host named by the line itself (prefix, syslog field, Slurm banner)
     rank: int | None = None
@@ -41,9 +52,27 @@ class Event:
         return (self.time if self.time is not None else float("inf"), self.order)
 
 
-def extract_events(evidence: Evidence, scanner: Scanner) -> list[Event]:
+INHERIT_LINES = 200
+
+
+def last_seen(evidence: Evidence, boot_times: dict[str, float]) -> dict[str, float]:
+    """Per node, the latest time any of its own files wrote a line: when it was last alive."""
     year = year_hint(evidence.job)
-    boot_times = estimate_boot_times(evidence)
+    seen: dict[str, float] = {}
+    for source in evidence.files:
+        if not source.node:
+            continue
+        stamp = last_time(source.data, year)
+        moment = stamp.wall
+        if moment is None and stamp.mono is not None and source.node in boot_times:
+            moment = boot_times[source.node] + stamp.mono
+        if moment is not None:
+            seen[source.node] = max(moment, seen.get(source.node, moment))
+    return seen
+
+
+def extract_events(evidence: Evidence, scanner: Scanner, boot_times: dict[str, float]) -> list[Event]:
+    year = year_hint(evidence.job)
     events: list[Event] = []
     for index, source in enumerate(evidence.files):
         boot = boot_times.get(source.node) if source.node else None
@@ -68,11 +97,13 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, year: int | None, 
         text=hit.text,
         kind=source.kind,
         trusted=source.trusted,
+        kernel_side="kernel" in hit.rule.sources,
         order=(index, hit.lineno),
         fields=hit.fields,
         notes=dict(hit.notes),
     )
-    event.time, event.time_inherited = _line_time(first_line, source, hit.offset, year, boot)
+    event.time, event.mono, event.time_inherited = _line_time(first_line, source, hit.offset, year, boot)
+    event.body = _body(first_line, hit.rule.match.contains)
     origin = line_origin(first_line)
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host
     event.rank = hit.fields.get("rank", origin.rank)
@@ -87,20 +118,54 @@ def _original_line(source: SourceFile, lineno: int) -> int:
     numbers = getattr(source, "line_numbers", None)
     if numbers and 0 < lineno <= len(numbers):
         return numbers[lineno - 1]
-    return lineno
+    return lineno + (source.line_offset or 0)
 
 
-def _line_time(text: str, source: SourceFile, offset: int, year: int | None, boot: float | None) -> tuple[float | None, bool]:
+def _body(line: str, literals: list[str]) -> str:
+    starts = [line.find(lit) for lit in literals if lit in line]
+    return line[min(starts):] if starts else line
+
+
+def _line_time(
+    text: str, source: SourceFile, offset: int, year: int | None, boot: float | None
+) -> tuple[float | None, float | None, bool]:
     stamp = parse_line_time(text, year)
     inherited = False
     if stamp.wall is None and stamp.mono is None:
-        stamp = time_before(source.data, offset, year)
+        # An error printed without a time (a traceback, an NCCL WARN) comes in a burst that the
+        # next stamped line closes; the previous stamped line may be minutes older.
+        stamp = time_after(source.data, offset, year, max_lines=INHERIT_LINES)
+        if stamp.wall is None and stamp.mono is None:
+            stamp = time_before(source.data, offset, year, max_lines=INHERIT_LINES)
         inherited = True
     if stamp.wall is not None:
-        return stamp.wall, inherited
+        return stamp.wall, None, inherited
     if stamp.mono is not None and boot is not None:
-        return boot + stamp.mono, inherited
-    return None, False
+        return boot + stamp.mono, stamp.mono, inherited
+    return None, stamp.mono, inherited
+
+
+def anchor_boot_clock(events: list[Event]) -> None:
+    """Place seconds-since-boot lines on the wall clock through a second copy of the same lines.
+
+    The same kernel message often sits in dmesg (seconds since boot) and in syslog or the journal
+    (wall clock); each such pair on one node gives that node's boot time.
+    """
+    walls: dict[tuple, list[float]] = defaultdict(list)
+    for event in events:
+        if event.mono is None and event.time is not None and event.node and not event.time_inherited:
+            walls[(event.node, event.rule_id, event.body)].append(event.time)
+    offsets: dict[str, list[float]] = defaultdict(list)
+    for event in events:
+        if event.time is None and event.mono is not None and not event.time_inherited:
+            matches = walls.get((event.node, event.rule_id, event.body), [])
+            if len(matches) == 1:
+                offsets[event.node].append(matches[0] - event.mono)
+    boots = {node: sorted(values)[len(values) // 2] for node, values in offsets.items()}
+    for event in events:
+        if event.time is None and event.mono is not None and event.node in boots:
+            event.time = boots[event.node] + event.mono
+            event.notes["time_from"] = "boot time from the same line in another log"
 
 
 def resolve_nodes(events: list[Event], job: JobContext) -> None:

@@ -6,8 +6,9 @@ from functools import cache
 from pathlib import Path
 
 from slurm_attrib.engine.diagnose import diagnose
-from slurm_attrib.engine.events import extract_events, resolve_nodes
+from slurm_attrib.engine.events import anchor_boot_clock, extract_events, last_seen, resolve_nodes
 from slurm_attrib.ingest.layout import load_evidence
+from slurm_attrib.ingest.timestamps import estimate_boot_times
 from slurm_attrib.ingest.types import Evidence
 from slurm_attrib.model import Diagnosis
 from slurm_attrib.ruleset.loader import load_rules
@@ -20,10 +21,12 @@ def _scanner(rule_dirs: tuple[Path, ...]) -> Scanner:
 
 
 def analyze_evidence(evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> Diagnosis:
-    events = extract_events(evidence, _scanner(rule_dirs))
+    boot_times = estimate_boot_times(evidence)
+    events = extract_events(evidence, _scanner(rule_dirs), boot_times)
     resolve_nodes(events, evidence.job)
+    anchor_boot_clock(events)
     fired = sorted({e.rule_id for e in events})
-    return diagnose(evidence, events, fired)
+    return diagnose(evidence, events, fired, last_seen(evidence, boot_times))
 
 
 def load_any(path: Path) -> Evidence:

@@ -230,6 +230,34 @@ def time_before(data: bytes, offset: int, year_hint: int | None, max_lines: int 
     return NO_TIME
 
 
+def time_after(data: bytes, offset: int, year_hint: int | None, max_lines: int = 30) -> LineTime:
+    """The time of the nearest line *after* the line starting at `offset` that carries one."""
+    start = data.find(b"\n", max(0, min(offset, len(data))))
+    for _ in range(max_lines):
+        if start < 0:
+            break
+        end = data.find(b"\n", start + 1)
+        found = parse_line_time(_line_text(data, start + 1, len(data) if end < 0 else end), year_hint)
+        if found.wall is not None or found.mono is not None:
+            return found
+        start = end
+    return NO_TIME
+
+
+def last_time(data: bytes, year_hint: int | None, max_lines: int = 50) -> LineTime:
+    """The time of the last line of `data` that carries one (how long a source kept writing)."""
+    end = len(data.rstrip(b"\n"))
+    for _ in range(max_lines):
+        if end <= 0:
+            break
+        start = data.rfind(b"\n", 0, end) + 1
+        found = parse_line_time(_line_text(data, start, end), year_hint)
+        if found.wall is not None or found.mono is not None:
+            return found
+        end = start - 1
+    return NO_TIME
+
+
 def year_hint(job: JobContext) -> int | None:
     """The year of the job (from its start, else its end), for year-less timestamps."""
     for value in (job.start, job.end):

@@ -137,8 +137,23 @@ def refine_nccl_busid(hit: "Hit") -> "Hit":
     return hit
 
 
+MCE_STATUS_UC = 1 << 61  # IA32_MCi_STATUS: uncorrected error (Intel SDM vol. 3B, 16.3.2.2)
+
+
+def refine_mce_status(hit: "Hit") -> "Hit":
+    """A machine-check bank whose status has UC set is a hardware fault; corrected ones are context."""
+    status = int(hit.fields.get("status", "0"), 16)
+    if not status & MCE_STATUS_UC:
+        hit.role, hit.strength, hit.severity, hit.category = "context", 1, "warning", None
+        hit.notes["mce"] = "corrected"
+    else:
+        hit.notes["mce"] = "uncorrected"
+    return hit
+
+
 HOOKS: dict[str, Callable[["Hit"], "Hit"]] = {
     "xid": refine_xid,
+    "mce_status": refine_mce_status,
     "ib_status": refine_ib_status,
     "sxid": refine_sxid,
     "nccl_busid": refine_nccl_busid,
