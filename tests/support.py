@@ -1,4 +1,5 @@
-import os
+"""Helpers shared by the test modules (importable as `support`; see pythonpath in pyproject)."""
+
 import sys
 from pathlib import Path
 
@@ -14,8 +15,7 @@ def sattrib_argv() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "slurm_attrib"]
 
 
-@pytest.fixture
-def corpus_dir() -> Path:
+def require_corpus() -> Path:
     if not CORPUS.is_dir():
         pytest.skip(f"dev corpus not found at {CORPUS}")
     return CORPUS

@@ -3,7 +3,7 @@
 import json
 import subprocess
 
-from conftest import sattrib_argv
+from support import require_corpus, sattrib_argv
 
 CONTRACT_KEYS = {"domain", "category", "culprit_nodes", "quality", "drain", "evidence", "summary"}
 
@@ -44,13 +44,15 @@ def test_empty_directory_is_a_diagnosis(tmp_path):
     assert diagnosis["drain"] == []
 
 
-def test_json_is_byte_identical_across_runs(corpus_dir):
+def test_json_is_byte_identical_across_runs():
+    corpus_dir = require_corpus()
     case = sorted(corpus_dir.iterdir())[0]
     first, second = run("analyze", str(case)), run("analyze", str(case))
     assert first.returncode == 0 and first.stdout == second.stdout
 
 
-def test_output_file_and_text_format(corpus_dir, tmp_path):
+def test_output_file_and_text_format(tmp_path):
+    corpus_dir = require_corpus()
     case = next(p for p in sorted(corpus_dir.iterdir()) if "xid79" in p.name)
     output = tmp_path / "d.txt"
     result = run("analyze", str(case), "--format", "text", "--output", str(output))

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import CORPUS, sattrib_argv
+from support import CORPUS, sattrib_argv
 
 CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "expected.yaml").exists()) if CORPUS.is_dir() else []
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import sattrib_argv
+from support import sattrib_argv
 
 XID = b"2026-12-02T13:04:06,000000+00:00 NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
 
