@@ -94,7 +94,7 @@ else
     mkdir -p /run/munge /var/log/munge /var/lib/munge
     chown munge:munge /run/munge /var/log/munge /var/lib/munge; chmod 755 /run/munge
     rm -f "$MUNGE_SOCKET" "$MUNGE_SOCKET.lock"
-    runuser -u munge -- munged --pid-file="$MUNGE/munged.pid" --log-file="$MUNGE/munged.log" \
+    runuser -u munge -- env -u SLURM_CONF munged --pid-file="$MUNGE/munged.pid" --log-file="$MUNGE/munged.log" \
         </dev/null >/dev/null 2>&1 \
         || { cat "$MUNGE/munged.log" >&2 2>/dev/null; die "munged failed to start"; }
     ln -sf "$MUNGE/munged.pid" "$RUN/munged.pid"
@@ -162,12 +162,13 @@ SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 ReturnToService=2
 SlurmctldTimeout=30
-SlurmdTimeout=20
+SlurmdTimeout=${SATTRIB_SLURMD_TIMEOUT:-20}
 MessageTimeout=10
 InactiveLimit=0
 KillWait=2
 WaitTime=0
 OverTimeLimit=0
+JobRequeue=0
 MinJobAge=600
 PrologEpilogTimeout=60
 BatchStartTimeout=20

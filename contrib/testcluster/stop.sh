@@ -48,6 +48,8 @@ cluster_procs() {
     for p in /proc/[0-9]*; do
         p="${p#/proc/}"
         [ "$p" = "$$" ] && continue
+        # never munged: it is shared by all test clusters on this host
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = munged ] && continue
         env="$( { tr '\0' '\n' < "/proc/$p/environ"; } 2>/dev/null )" || continue
         if printf '%s\n' "$env" | grep -qxF "SLURM_CONF=$CONF"; then
             echo "$p"
