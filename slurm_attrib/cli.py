@@ -135,5 +135,11 @@ def rules_test(rule_dirs: tuple[Path, ...]) -> None:
         sys.exit(1)
 
 
+# Controller-side commands (show, report, drain, undrain, analyze-job): slurm_attrib/commands.py
+from slurm_attrib.commands import register  # noqa: E402
+
+register(main)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,290 @@
+"""Results store: <results>/<jobid>/diagnosis.{json,txt} plus an SQLite index (<results>/index.db).
+
+Files are written atomically (temp file + rename in the job directory; a re-analysis replaces
+both files the same way).  Access: the job directory is mode 0750 and the files 0640, owned by
+the job's uid with group `admin_group` (or root's group) -- the file permissions are what keeps
+other users out.  All writes go through a directory file descriptor opened with O_NOFOLLOW and
+files are created with O_EXCL|O_NOFOLLOW and fchown'ed, so a user who owns their job directory
+cannot redirect root's writes with symlinks.
+
+When the writer is not root (e.g. EpilogSlurmctld running as SlurmUser), files cannot be given
+to the job's uid: they stay owned by the writer, and the index row says so (`owner_ok` = 0).
+
+The index (WAL, busy timeout) is world-readable (mode 0644, like its -wal/-shm files) so that
+`sattrib show` can find a job as a plain user; it holds job ids, users, states, categories and
+node names, never log content.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import sqlite3
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_attrib.errors import SattribError
+
+INDEX = "index.db"
+JSON_NAME = "diagnosis.json"
+TEXT_NAME = "diagnosis.txt"
+BUSY_TIMEOUT_MS = 15000
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS diagnoses (
+    job_id        TEXT PRIMARY KEY,
+    user          TEXT,
+    uid           INTEGER,
+    state         TEXT,
+    domain        TEXT,
+    category      TEXT,
+    quality       TEXT,
+    culprit_nodes TEXT NOT NULL DEFAULT '[]',   -- JSON list
+    drains        TEXT NOT NULL DEFAULT '[]',   -- JSON list of {node, reason, status, detail, at}
+    drain_note    TEXT NOT NULL DEFAULT '',
+    summary       TEXT NOT NULL DEFAULT '',
+    analysed_at   REAL NOT NULL,
+    owner_ok      INTEGER NOT NULL DEFAULT 1,
+    path          TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS diagnoses_analysed ON diagnoses(analysed_at);
+CREATE INDEX IF NOT EXISTS diagnoses_uid ON diagnoses(uid);
+"""
+
+# Drain entry statuses
+RECOMMENDED = "recommended"  # policy recommend (or auto not allowed): waits for `sattrib drain --apply`
+APPLIED = "applied"
+KEPT = "kept_existing"  # node already drained/down with someone else's reason
+FAILED = "failed"
+SKIPPED = "skipped"  # policy off, over the per-job cap, systemic
+
+
+class StoreError(SattribError):
+    pass
+
+
+@dataclass
+class Row:
+    job_id: str
+    user: str | None
+    uid: int | None
+    state: str | None
+    domain: str | None
+    category: str | None
+    quality: str | None
+    culprit_nodes: list[str]
+    drains: list[dict]
+    drain_note: str
+    summary: str
+    analysed_at: float
+    owner_ok: bool
+    path: str
+
+    @classmethod
+    def from_sql(cls, r: sqlite3.Row) -> "Row":
+        return cls(
+            job_id=r["job_id"], user=r["user"], uid=r["uid"], state=r["state"], domain=r["domain"],
+            category=r["category"], quality=r["quality"], culprit_nodes=json.loads(r["culprit_nodes"] or "[]"),
+            drains=json.loads(r["drains"] or "[]"), drain_note=r["drain_note"] or "", summary=r["summary"] or "",
+            analysed_at=r["analysed_at"], owner_ok=bool(r["owner_ok"]), path=r["path"],
+        )
+
+
+def _admin_gid(admin_group: str) -> int:
+    if admin_group:
+        try:
+            return grp.getgrnam(admin_group).gr_gid
+        except KeyError:
+            raise StoreError(f"admin_group {admin_group!r} is not a group on this host") from None
+    return 0
+
+
+class Store:
+    def __init__(self, root: str | Path, admin_group: str = ""):
+        self.root = Path(root)
+        self.admin_group = admin_group
+
+    # -- index ------------------------------------------------------------------------------
+    def _connect(self, write: bool) -> sqlite3.Connection:
+        path = self.root / INDEX
+        if write:
+            self._ensure_root()
+            old = os.umask(0o022)
+            try:
+                con = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
+                con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                con.execute("PRAGMA journal_mode=WAL")
+                con.executescript(SCHEMA)
+            finally:
+                os.umask(old)
+            for suffix in ("", "-wal", "-shm"):
+                try:
+                    os.chmod(f"{path}{suffix}", 0o644)
+                except OSError:
+                    pass
+        else:
+            if not path.exists():
+                raise StoreError(f"no results index at {path} (nothing analysed yet)")
+            try:
+                con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+                con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                con.execute("SELECT 1 FROM diagnoses LIMIT 1")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read the results index {path}: {exc}") from None
+        con.row_factory = sqlite3.Row
+        return con
+
+    def _ensure_root(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            if os.geteuid() == 0 or self.root.stat().st_uid == os.geteuid():
+                os.chmod(self.root, 0o755)
+        except OSError as exc:
+            raise StoreError(f"results directory {self.root}: {exc.strerror or exc}") from None
+
+    def get(self, job_id: str) -> Row | None:
+        try:
+            con = self._connect(write=False)
+        except StoreError:
+            return None
+        with con:
+            r = con.execute("SELECT * FROM diagnoses WHERE job_id = ?", (str(job_id),)).fetchone()
+        con.close()
+        return Row.from_sql(r) if r else None
+
+    def rows(self, since: float | None = None) -> list[Row]:
+        try:
+            con = self._connect(write=False)
+        except StoreError:
+            return []
+        query, args = "SELECT * FROM diagnoses", ()
+        if since is not None:
+            query, args = query + " WHERE analysed_at >= ?", (since,)
+        with con:
+            out = [Row.from_sql(r) for r in con.execute(query + " ORDER BY analysed_at", args)]
+        con.close()
+        return out
+
+    def set_drains(self, job_id: str, drains: list[dict], note: str | None = None) -> None:
+        con = self._connect(write=True)
+        with con:
+            if note is None:
+                con.execute("UPDATE diagnoses SET drains = ? WHERE job_id = ?", (json.dumps(drains), str(job_id)))
+            else:
+                con.execute(
+                    "UPDATE diagnoses SET drains = ?, drain_note = ? WHERE job_id = ?",
+                    (json.dumps(drains), note, str(job_id)),
+                )
+        con.close()
+
+    # -- files ------------------------------------------------------------------------------
+    def job_dir(self, job_id: str) -> Path:
+        _check_job_id(job_id)
+        return self.root / str(job_id)
+
+    def save(
+        self,
+        job_id: str,
+        diagnosis,
+        text: str,
+        *,
+        uid: int | None,
+        user: str | None,
+        state: str | None,
+        drains: list[dict],
+        drain_note: str = "",
+    ) -> Row:
+        """Write both files atomically, then upsert the index row.  Returns the row."""
+        _check_job_id(job_id)
+        self._ensure_root()
+        gid = _admin_gid(self.admin_group)
+        owner_ok = True
+        root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            try:
+                os.mkdir(str(job_id), 0o700, dir_fd=root_fd)
+            except FileExistsError:
+                pass
+            dir_fd = os.open(str(job_id), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root_fd)
+        finally:
+            os.close(root_fd)
+        try:
+            owner_ok = _give(dir_fd, uid, gid, 0o750)
+            payload = json.dumps(diagnosis.model_dump(mode="json"), indent=2) + "\n"
+            for name, content in ((JSON_NAME, payload), (TEXT_NAME, text)):
+                owner_ok = _atomic_write(dir_fd, name, content.encode("utf-8"), uid, gid) and owner_ok
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        row = Row(
+            job_id=str(job_id), user=user, uid=uid, state=state, domain=diagnosis.domain,
+            category=diagnosis.category, quality=diagnosis.quality, culprit_nodes=list(diagnosis.culprit_nodes),
+            drains=drains, drain_note=drain_note, summary=diagnosis.summary[:2000], analysed_at=time.time(),
+            owner_ok=owner_ok, path=str(self.job_dir(job_id)),
+        )
+        con = self._connect(write=True)
+        with con:
+            con.execute(
+                "INSERT OR REPLACE INTO diagnoses (job_id, user, uid, state, domain, category, quality,"
+                " culprit_nodes, drains, drain_note, summary, analysed_at, owner_ok, path)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    row.job_id, row.user, row.uid, row.state, row.domain, row.category, row.quality,
+                    json.dumps(row.culprit_nodes), json.dumps(row.drains), row.drain_note, row.summary,
+                    row.analysed_at, int(row.owner_ok), row.path,
+                ),
+            )
+        con.close()
+        return row
+
+    def read(self, job_id: str, name: str) -> str:
+        """A diagnosis file; PermissionError / FileNotFoundError propagate (callers word them)."""
+        return (self.job_dir(job_id) / name).read_text(encoding="utf-8")
+
+
+def _check_job_id(job_id: str) -> None:
+    s = str(job_id)
+    if not s or not all(c.isdigit() or c in "_+" for c in s) or not s[0].isdigit():
+        raise StoreError(f"not a job id: {job_id!r}")
+
+
+def _give(fd: int, uid: int | None, gid: int, mode: int) -> bool:
+    """chown (when root and the uid is known) and chmod an open fd; False when ownership could
+    not be given to the job's user."""
+    ok = True
+    if uid is not None and os.geteuid() == 0:
+        os.fchown(fd, uid, gid)
+    elif uid is not None and uid != os.geteuid():
+        ok = False
+    os.fchmod(fd, mode)
+    return ok
+
+
+def _atomic_write(dir_fd: int, name: str, data: bytes, uid: int | None, gid: int) -> bool:
+    tmp = f".{name}.{os.getpid()}.tmp"
+    try:
+        os.unlink(tmp, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StoreError(f"{name}: temp file is not a regular file")
+        ok = _give(fd, uid, gid, 0o640)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+    os.close(fd)
+    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    return ok

@@ -1,0 +1,236 @@
+"""Analysis on the controller: the EpilogSlurmctld worker.
+
+    python -m slurm_attrib.worker --detach        # from EpilogSlurmctld (job from SLURM_JOB_ID)
+    python -m slurm_attrib.worker JOBID           # in the foreground
+
+`--detach` returns at once: the worker double-forks into its own session with stdin/stdout on
+/dev/null and stderr appended to <results>/worker.log (so Slurm's script runner is not held).
+The worker waits until every node of the job (SLURM_JOB_NODELIST, else the job record) has
+written <spool>/<jobid>/nodes/<node>.json.gz or until `analysis_deadline` seconds have passed,
+fetches the job's final state, exit code and times from Slurm, analyses the spool job directory,
+stores the diagnosis and applies the drain policy.  Nodes that never reported are named in the
+diagnosis' coverage (`missing`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from slurm_attrib.ingest.types import CoverageEntry
+
+POLL = 0.5
+
+
+def log(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    print(f"{stamp} sattrib-worker[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+def wait_for_bundles(job_dir: Path, nodes: list[str], deadline: float) -> list[str]:
+    """Poll until every node's bundle exists or the deadline (monotonic) passes; returns the
+    nodes still missing."""
+    while True:
+        missing = [n for n in nodes if not (job_dir / "nodes" / f"{n}.json.gz").is_file()]
+        if not missing or time.monotonic() >= deadline:
+            return missing
+        time.sleep(min(POLL, max(0.0, deadline - time.monotonic())))
+
+
+def job_info_final(backend, job_id: str, attempts: int = 6):
+    """The job record, re-asked briefly while Slurm still shows it active."""
+    from slurm_attrib.slurm import SlurmError
+
+    info = None
+    for i in range(attempts):
+        try:
+            info = backend.job_info(job_id)
+        except SlurmError as exc:
+            log(f"job {job_id}: {exc}")
+            info = None
+        if info is not None and not info.active:
+            return info
+        time.sleep(0.5 * (i + 1))
+    return info
+
+
+def analyse_job(
+    job_id: str,
+    config=None,
+    *,
+    nodes: list[str] | None = None,
+    deadline: float | None = None,
+    backend=None,
+    env: dict | None = None,
+    apply: bool = True,
+):
+    """Wait for bundles, analyse, store, apply the drain policy.  Returns the index Row."""
+    from slurm_attrib.config import load_config
+    from slurm_attrib.drain import apply_policy, plan
+    from slurm_attrib.engine.pipeline import analyze_evidence
+    from slurm_attrib.ingest.bundle import load_spool_job
+    from slurm_attrib.render import render_text
+    from slurm_attrib.slurm import SlurmError, get_backend
+    from slurm_attrib.slurm.hostlist import expand
+    from slurm_attrib.store import Store
+
+    t0 = time.monotonic()
+    env = dict(os.environ if env is None else env)
+    config = config or load_config()
+    job_id = str(job_id)
+    if backend is None:
+        try:
+            backend = get_backend(config.slurm_backend)
+        except SlurmError as exc:
+            log(f"job {job_id}: no Slurm access ({exc}); analysing without the job record")
+    if nodes is None:
+        try:
+            nodes = expand(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"))
+        except ValueError:
+            nodes = []
+    info = None
+    if not nodes and backend is not None:
+        info = job_info_final(backend, job_id, attempts=2)
+        nodes = list(info.nodes) if info else []
+    job_dir = Path(config.spool) / job_id
+    wait = config.analysis_deadline if deadline is None else deadline
+    missing = wait_for_bundles(job_dir, nodes, t0 + wait)
+    waited = time.monotonic() - t0
+    if missing:
+        log(f"job {job_id}: no bundle from {', '.join(missing)} after {waited:.1f} s")
+    if backend is not None:
+        info = job_info_final(backend, job_id)
+    if info is not None:
+        _write_job_json(job_dir, info)
+
+    evidence = load_spool_job(job_dir)
+    if info is not None:
+        evidence.job = _merge(evidence.job, info)
+    known_nodes = list(dict.fromkeys([*evidence.job.nodes, *nodes]))
+    if known_nodes != list(evidence.job.nodes):
+        evidence.job = replace(evidence.job, nodes=tuple(known_nodes))
+    noted = {c.node for c in evidence.coverage if c.status in ("missing", "unreadable") and c.node}
+    have = {f.node for f in evidence.files if f.node}
+    for node in known_nodes:
+        if node not in have and node not in noted:
+            evidence.coverage.append(
+                CoverageEntry(node, f"nodes/{node}.json.gz", None, "missing", f"no node bundle within {wait:g} s")
+            )
+    diagnosis = analyze_evidence(evidence, tuple(Path(d) for d in config.rule_dirs))
+    entries, note = plan(diagnosis, config)
+    if apply:
+        entries = apply_policy(entries, config, backend)
+    uid = info.uid if info is not None and info.uid is not None else _env_int(env, "SLURM_JOB_UID")
+    user = (info.user if info is not None else None) or env.get("SLURM_JOB_USER")
+    state = info.state if info is not None else evidence.job.state
+    store = Store(config.results, config.admin_group)
+    row = store.save(
+        job_id, diagnosis, render_text(diagnosis), uid=uid, user=user, state=state, drains=entries, drain_note=note
+    )
+    summary = ", ".join(f"{e['node']}={e['status']}" for e in entries) or "none"
+    log(
+        f"job {job_id}: {diagnosis.domain}/{diagnosis.category} ({diagnosis.quality}) culprits="
+        f"{','.join(diagnosis.culprit_nodes) or '-'} drains: {summary}; waited {waited:.1f} s,"
+        f" total {time.monotonic() - t0:.1f} s"
+    )
+    return row
+
+
+def _env_int(env: dict, key: str) -> int | None:
+    value = env.get(key, "")
+    return int(value) if value.isdigit() else None
+
+
+def _merge(job, info):
+    return replace(
+        job,
+        job_id=info.job_id or job.job_id,
+        user=info.user or job.user,
+        state=info.state or job.state,
+        exit_code=info.exit_code or job.exit_code,
+        start=info.start if info.start is not None else job.start,
+        end=info.end if info.end is not None else job.end,
+        nodes=tuple(info.nodes) or job.nodes,
+        source="job.json",
+    )
+
+
+def _write_job_json(job_dir: Path, info) -> None:
+    """Leave the controller's job record next to the bundles (for re-analysis with
+    `sattrib analyze <spool>/<jobid>`); best effort."""
+    try:
+        (job_dir / "nodes").mkdir(parents=True, exist_ok=True)
+        tmp = job_dir / f".job.json.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(info.record(), indent=1) + "\n", encoding="utf-8")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, job_dir / "job.json")
+    except OSError as exc:
+        log(f"job {info.job_id}: cannot write {job_dir}/job.json ({exc.strerror or exc}); using it in memory")
+
+
+def detach(log_path: Path | None) -> bool:
+    """Double fork; returns True in the grandchild (the worker), exits in the parent's child.
+    The caller (parent) gets False and should exit 0 at once."""
+    pid = os.fork()
+    if pid > 0:
+        os.waitpid(pid, 0)  # the intermediate child exits immediately
+        return False
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    err = devnull
+    if log_path is not None:
+        try:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            err = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            err = devnull
+    os.dup2(err, 2)
+    for fd in {devnull, err}:
+        if fd > 2:
+            os.close(fd)
+    os.chdir("/")
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="sattrib-worker")
+    parser.add_argument("job_id", nargs="?", help="default: $SLURM_JOB_ID")
+    parser.add_argument("--detach", action="store_true", help="return at once, work in the background")
+    parser.add_argument("--deadline", type=float, default=None, help="seconds to wait for node bundles")
+    args = parser.parse_args(argv)
+    job_id = args.job_id or os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
+    if not job_id or not job_id.isdigit():
+        print("sattrib-worker: no job id (argument or SLURM_JOB_ID)", file=sys.stderr)
+        return 2
+    from slurm_attrib.config import load_config
+
+    try:
+        config = load_config()
+    except Exception as exc:  # noqa: BLE001
+        print(f"sattrib-worker: {exc}", file=sys.stderr)
+        return 2
+    if args.detach and not detach(Path(config.results) / "worker.log"):
+        return 0
+    try:
+        analyse_job(job_id, config, deadline=args.deadline)
+    except Exception as exc:  # noqa: BLE001 - the worker's log is the only place to tell
+        import traceback
+
+        log(f"job {job_id}: analysis failed: {type(exc).__name__}: {exc}")
+        traceback.print_exc(file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
