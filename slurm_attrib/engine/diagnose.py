@@ -408,7 +408,7 @@ def _symptom_groups(events: list[Event]) -> list[SymptomGroup]:
         if event.role == "symptom":
             groups[(event.type, event.rule_id)].append(event)
     result = []
-    for (kind, rule_id), members in sorted(groups.items()):
+    for (kind, rule_id), members in groups.items():
         times = sorted(e.time for e in members if e.time is not None)
         explained = Counter(e.explained_by.rule_id for e in members if e.explained_by)
         result.append(
@@ -423,7 +423,7 @@ def _symptom_groups(events: list[Event]) -> list[SymptomGroup]:
                 explained_by=explained.most_common(1)[0][0] if explained else None,
             )
         )
-    return result
+    return sorted(result, key=lambda group: (group.first or "~", group.type, group.rule))
 
 
 def _evidence_lines(events: list[Event], verdict: Verdict) -> list[EvidenceLine]:
@@ -444,10 +444,12 @@ def _evidence_lines(events: list[Event], verdict: Verdict) -> list[EvidenceLine]
     if not primary:
         context += [e for e in events if e.role == "cause"][:MAX_CONTEXT_LINES]
     lines = []
+    shown: set[tuple[str, int]] = set()
     for role, group in (("cause", causes), ("symptom", symptoms), ("context", context)):
         for event in group:
-            if event.role == "cause" and role == "context" and primary:
+            if (event.source, event.line) in shown:
                 continue
+            shown.add((event.source, event.line))
             lines.append(
                 EvidenceLine(
                     node=event.node,

@@ -8,7 +8,8 @@ from typing import Any
 
 from slurm_attrib.ingest.origin import line_origin
 from slurm_attrib.ingest.timestamps import (
-    estimate_boot_times,
+    NO_TIME,
+    LineTime,
     last_time,
     parse_line_time,
     time_after,
@@ -75,13 +76,61 @@ def extract_events(evidence: Evidence, scanner: Scanner, boot_times: dict[str, f
     year = year_hint(evidence.job)
     events: list[Event] = []
     for index, source in enumerate(evidence.files):
-        boot = boot_times.get(source.node) if source.node else None
+        clock = FileClock(source, year, boot_times.get(source.node) if source.node else None)
         for hit in scanner.scan(source.data, source.kind):
-            events.append(_event_from_hit(hit, source, index, year, boot))
+            events.append(_event_from_hit(hit, source, index, clock))
     return events
 
 
-def _event_from_hit(hit: Hit, source: SourceFile, index: int, year: int | None, boot: float | None) -> Event:
+class FileClock:
+    """Times of the lines of one file; lines without a time inherit one from a nearby line.
+
+    An error printed without a time (a traceback, an NCCL WARN) comes in a burst that the next
+    stamped line closes; the previous stamped line may be minutes older, so it is the fallback.
+    Hits come in file order, so one look-ahead serves every hit of a burst.
+    """
+
+    def __init__(self, source: SourceFile, year: int | None, boot: float | None):
+        self.source, self.year, self.boot = source, year, boot
+        self._ahead: tuple[int, LineTime] = (-1, NO_TIME)  # (offset the look-ahead covered to, result)
+        self._behind: tuple[int, LineTime] = (-1, NO_TIME)  # (offset of the last look-back, result)
+
+    def time_of(self, text: str, offset: int) -> tuple[float | None, float | None, bool]:
+        """(wall time, seconds since boot, inherited) of the line at `offset`."""
+        stamp = parse_line_time(text, self.year)
+        inherited = False
+        if stamp.wall is None and stamp.mono is None:
+            stamp = self._inherited(offset)
+            inherited = True
+        if stamp.wall is not None:
+            return stamp.wall, None, inherited
+        if stamp.mono is not None and self.boot is not None:
+            return self.boot + stamp.mono, stamp.mono, inherited
+        return None, stamp.mono, inherited
+
+    def _inherited(self, offset: int) -> LineTime:
+        covered_to, found = self._ahead
+        if offset >= covered_to:
+            found, covered_to = time_after(self.source.data, offset, self.year, max_lines=INHERIT_LINES)
+            self._ahead = (covered_to, found)
+        if found.wall is None and found.mono is None:
+            return self._behind_of(offset)
+        return found
+
+    def _behind_of(self, offset: int) -> LineTime:
+        """Nearest stamped line above; only the lines since the previous look-back are read again."""
+        previous_offset, previous = self._behind
+        lines = INHERIT_LINES
+        if 0 <= previous_offset <= offset:
+            lines = min(lines, self.source.data.count(b"\n", previous_offset, offset) + 1)
+        found = time_before(self.source.data, offset, self.year, max_lines=lines)
+        if found.wall is None and found.mono is None and previous_offset >= 0:
+            found = previous
+        self._behind = (offset, found)
+        return found
+
+
+def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock) -> Event:
     first_line = hit.text.split("\n", 1)[0]
     event = Event(
         rule_id=hit.rule.id,
@@ -102,7 +151,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, year: int | None, 
         fields=hit.fields,
         notes=dict(hit.notes),
     )
-    event.time, event.mono, event.time_inherited = _line_time(first_line, source, hit.offset, year, boot)
+    event.time, event.mono, event.time_inherited = clock.time_of(first_line, hit.offset)
     event.body = _body(first_line, hit.rule.match.contains)
     origin = line_origin(first_line)
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host
@@ -124,25 +173,6 @@ def _original_line(source: SourceFile, lineno: int) -> int:
 def _body(line: str, literals: list[str]) -> str:
     starts = [line.find(lit) for lit in literals if lit in line]
     return line[min(starts):] if starts else line
-
-
-def _line_time(
-    text: str, source: SourceFile, offset: int, year: int | None, boot: float | None
-) -> tuple[float | None, float | None, bool]:
-    stamp = parse_line_time(text, year)
-    inherited = False
-    if stamp.wall is None and stamp.mono is None:
-        # An error printed without a time (a traceback, an NCCL WARN) comes in a burst that the
-        # next stamped line closes; the previous stamped line may be minutes older.
-        stamp = time_after(source.data, offset, year, max_lines=INHERIT_LINES)
-        if stamp.wall is None and stamp.mono is None:
-            stamp = time_before(source.data, offset, year, max_lines=INHERIT_LINES)
-        inherited = True
-    if stamp.wall is not None:
-        return stamp.wall, None, inherited
-    if stamp.mono is not None and boot is not None:
-        return boot + stamp.mono, stamp.mono, inherited
-    return None, stamp.mono, inherited
 
 
 def anchor_boot_clock(events: list[Event]) -> None:

@@ -230,18 +230,19 @@ def time_before(data: bytes, offset: int, year_hint: int | None, max_lines: int 
     return NO_TIME
 
 
-def time_after(data: bytes, offset: int, year_hint: int | None, max_lines: int = 30) -> LineTime:
-    """The time of the nearest line *after* the line starting at `offset` that carries one."""
+def time_after(data: bytes, offset: int, year_hint: int | None, max_lines: int = 30) -> tuple[LineTime, int]:
+    """The time of the nearest line *after* the line starting at `offset` that carries one, and
+    the offset where the search stopped (that line's start, or the end of the lines searched)."""
     start = data.find(b"\n", max(0, min(offset, len(data))))
     for _ in range(max_lines):
         if start < 0:
-            break
+            return NO_TIME, len(data)
         end = data.find(b"\n", start + 1)
         found = parse_line_time(_line_text(data, start + 1, len(data) if end < 0 else end), year_hint)
         if found.wall is not None or found.mono is not None:
-            return found
+            return found, start + 1
         start = end
-    return NO_TIME
+    return NO_TIME, len(data) if start < 0 else start
 
 
 def last_time(data: bytes, year_hint: int | None, max_lines: int = 50) -> LineTime:

@@ -50,6 +50,7 @@ class Scanner:
         for rule in rules:
             for literal in rule.match.contains:
                 self._rules_by_literal[literal].append(rule)
+        self._rules_by_ids: dict[frozenset[int], list[Rule]] = {}
         self._caseless = {lit for r in rules if r.match.ignore_case for lit in r.match.contains}
         self._hs_db = _hyperscan_db(literals, self._caseless) if accelerate and hyperscan else None
         alternation = b"|".join(
@@ -62,43 +63,56 @@ class Scanner:
     def accelerated(self) -> bool:
         return self._hs_db is not None
 
-    def candidate_line_starts(self, data: bytes) -> list[int]:
-        """Byte offsets of the starts of lines that hold at least one literal, ascending."""
+    def candidate_lines(self, data: bytes) -> list[tuple[int, frozenset[int] | None]]:
+        """Lines holding at least one literal: (start offset, ids of the literals found there).
+
+        Hyperscan reports every literal it finds, so the ids come for free; the `re` fallback
+        finds the lines only (ids None) and the literals are looked up per line afterwards.
+        """
         if not self._literals:
             return []
-        ends: list[int] = []
-        if self._hs_db is not None:
-            def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: Any) -> None:
-                ends.append(end)
+        accelerated = self._hs_db is not None
+        if accelerated:
+            found: list[tuple[int, int]] = []
+
+            def on_match(literal_id: int, _start: int, end: int, _flags: int, _ctx: Any) -> None:
+                found.append((end, literal_id))
 
             self._hs_db.scan(data, match_event_handler=on_match)
-            ends.sort()
+            found.sort()
         else:
-            ends = [m.end() for m in self._literal_re.finditer(data)]
-        starts: list[int] = []
-        last_end = -1
-        for end in ends:
-            if end <= last_end:
-                continue
-            start = data.rfind(b"\n", 0, max(end - 1, 0)) + 1
-            line_end = data.find(b"\n", end)
-            last_end = len(data) if line_end < 0 else line_end
-            starts.append(start)
-        return starts
+            found = [(m.end(), -1) for m in self._literal_re.finditer(data)]
+        lines: list[tuple[int, frozenset[int] | None]] = []
+        line_end, start, ids = -1, 0, set()
+        for end, literal_id in found:
+            if end > line_end:
+                if line_end >= 0:
+                    lines.append((start, frozenset(ids) if accelerated else None))
+                start = data.rfind(b"\n", 0, max(end - 1, 0)) + 1
+                next_newline = data.find(b"\n", end)
+                line_end = len(data) if next_newline < 0 else next_newline
+                ids = set()
+            ids.add(literal_id)
+        if line_end >= 0:
+            lines.append((start, frozenset(ids) if accelerated else None))
+        return lines
 
     def scan(self, data: bytes, kind: str) -> list[Hit]:
         hits: list[Hit] = []
         lineno, position = 1, 0
-        for start in self.candidate_line_starts(data):
+        for start, literal_ids in self.candidate_lines(data):
             lineno += data.count(b"\n", position, start)
             position = start
-            hits.extend(self.match_at(data, start, lineno, kind))
+            hits.extend(self.match_at(data, start, lineno, kind, literal_ids))
         return hits
 
-    def match_at(self, data: bytes, start: int, lineno: int, kind: str) -> list[Hit]:
+    def match_at(
+        self, data: bytes, start: int, lineno: int, kind: str, literal_ids: frozenset[int] | None = None
+    ) -> list[Hit]:
         line = _decode(data, start)
+        rules = self._rules_for(line) if literal_ids is None else self._rules_of(literal_ids)
         hits = []
-        for rule in self._rules_for(line):
+        for rule in rules:
             if kind not in rule.sources:
                 continue
             text = line
@@ -108,6 +122,13 @@ class Scanner:
             if hit is not None:
                 hits.append(hit)
         return hits
+
+    def _rules_of(self, literal_ids: frozenset[int]) -> list[Rule]:
+        rules = self._rules_by_ids.get(literal_ids)
+        if rules is None:
+            chosen = {r.id: r for i in literal_ids for r in self._rules_by_literal[self._literals[i]]}
+            rules = self._rules_by_ids[literal_ids] = [chosen[k] for k in sorted(chosen)]
+        return rules
 
     def match_text(self, text: str, kind: str) -> list[Hit]:
         """Scan a small text (rule examples); same path as files."""
