@@ -124,3 +124,10 @@ def test_time_limit_state_is_the_cause(tmp_path):
     diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": "step 100\n"}, state="TIMEOUT"))
     assert (diagnosis.domain, diagnosis.category) == ("scheduler", "time_limit")
     assert diagnosis.evidence[0].source == "job.json"
+
+
+def test_application_xid_alone_names_no_gpu_culprit(tmp_path):
+    xid13 = XID79.replace("79, pid=4121, name=python, GPU has fallen off the bus.", "13, pid=4121, name=python, Graphics SM Warp Exception on (GPC 7, TPC 1, SM 0)")
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu03/dmesg.txt": xid13}))
+    assert (diagnosis.domain, diagnosis.category) == ("application", "cuda_error")
+    assert diagnosis.culprit_nodes == [] and diagnosis.drain == []

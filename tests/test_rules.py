@@ -81,6 +81,8 @@ def test_xid_catalog_entries_are_complete():
         assert entry["points_at"] in {"hardware", "application", "follow_on", "informational"}, number
         if entry["points_at"] == "hardware":
             assert entry["category"] in CATEGORIES_BY_DOMAIN["gpu"], number
+        elif entry["points_at"] == "application":  # optional: the kind of fault the app met
+            assert entry.get("category", "gpu_uncorrectable_ecc") in CATEGORIES_BY_DOMAIN["gpu"], number
         else:
             assert "category" not in entry, number
 
@@ -119,7 +121,11 @@ def test_xid_hook_roles():
     hit = _one("NVRM: Xid (PCI:0000:a1:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.", "gpu.xid")
     assert (hit.role, hit.category, hit.strength) == ("cause", "gpu_fell_off_bus", 3)
     hit = _one("NVRM: Xid (PCI:0000:cb:00): 13, pid=1, name=python, Graphics SM Warp Exception", "gpu.xid")
-    assert hit.role == "context" and hit.category is None
+    # An application fault seen by the GPU: a weak application cause that may name no culprit.
+    assert (hit.role, hit.domain, hit.category, hit.strength) == ("cause", "application", "cuda_error", 1)
+    assert hit.notes["no_culprit"] is True
+    hit = _one("NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: CE User Channel (0x9). RST: No, D-RST: No", "gpu.xid")
+    assert (hit.domain, hit.category, hit.notes["no_culprit"]) == ("gpu", "gpu_uncorrectable_ecc", True)
     hit = _one("NVRM: Xid (PCI:0000:cb:00): 45, pid=1, name=python, Ch 00000010", "gpu.xid")
     assert hit.role == "symptom"
     hit = _one("NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", "gpu.xid")

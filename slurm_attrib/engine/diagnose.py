@@ -271,7 +271,7 @@ def _is_systemic(candidates: list[Event], primary: Event, events: list[Event], j
 
 def _culprits(verdict: Verdict, events: list[Event], job: JobContext) -> list[str]:
     primary = verdict.primary
-    if verdict.systemic or primary.domain in ("storage", "scheduler"):
+    if verdict.systemic or primary.domain in ("storage", "scheduler") or primary.notes.get("no_culprit"):
         return []
     if verdict.rivals:
         return sorted({primary.node, *(r.node for r in verdict.rivals)} - {None})

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 XID_ROLES = {
     # points_at -> (role, strength, severity)
     "hardware": ("cause", 3, "critical"),
-    "application": ("context", 1, "warning"),
+    "application": ("cause", 1, "warning"),  # a fault of the application, seen by the GPU
     "follow_on": ("symptom", 1, "warning"),
     "informational": ("context", 1, "info"),
 }
@@ -47,6 +47,11 @@ def refine_xid(hit: "Hit") -> "Hit":
         return hit
     hit.role, hit.strength, hit.severity = XID_ROLES[entry["points_at"]]
     hit.category = entry.get("category", "gpu_hardware_other") if hit.role == "cause" else None
+    if entry["points_at"] == "application":
+        # NVIDIA: restart the application.  Never a GPU culprit, never a drain; a contained ECC
+        # error (94) keeps its memory-error category, other application Xids are CUDA errors.
+        hit.domain, hit.category = ("gpu", entry["category"]) if "category" in entry else ("application", "cuda_error")
+        hit.notes["no_culprit"] = True
     hit.notes["xid_action"] = entry["action"]
     hit.notes["xid_meaning"] = entry["description"]
     hit.notes["xid_points_at"] = entry["points_at"]
