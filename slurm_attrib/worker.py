@@ -51,6 +51,8 @@ def job_info_final(backend, job_id: str, attempts: int = 6):
             info = backend.job_info(job_id)
         except SlurmError as exc:
             log(f"job {job_id}: {exc}")
+            if i >= 1:
+                return None
             info = None
         if info is not None and not info.active:
             return info
