@@ -135,6 +135,29 @@ def rules_test(rule_dirs: tuple[Path, ...]) -> None:
         sys.exit(1)
 
 
+@main.command()
+@click.argument("scenario", required=False)
+@click.argument("out", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--nodes", default=8, show_default=True, help="Nodes in the simulated job.")
+@click.option("--ranks-per-node", default=8, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+def simulate(scenario: str | None, out: Path | None, nodes: int, ranks_per_node: int, seed: int) -> None:
+    """Write a simulated job (logs layout) with known ground truth; no arguments lists scenarios."""
+    from slurm_attrib import simulate as simulator
+
+    if scenario is None or out is None:
+        for name, spec in simulator.SCENARIOS.items():
+            click.echo(f"{name:24} {spec.description}")
+        return
+    if scenario not in simulator.SCENARIOS:
+        raise SattribError(f"unknown scenario {scenario!r}; 'sattrib simulate' lists them")
+    try:
+        truth = simulator.write_scenario(scenario, out, nodes=nodes, ranks_per_node=ranks_per_node, seed=seed)
+    except ValueError as error:
+        raise SattribError(str(error)) from None
+    click.echo(json.dumps({k: v for k, v in vars(truth).items() if k != "alternatives"}, indent=2))
+
+
 # Controller-side commands (show, report, drain, undrain, analyze-job): slurm_attrib/commands.py
 from slurm_attrib.commands import register  # noqa: E402
 
