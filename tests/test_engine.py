@@ -131,3 +131,16 @@ def test_application_xid_alone_names_no_gpu_culprit(tmp_path):
     diagnosis = analyze_path(write_job(tmp_path, {"gpu03/dmesg.txt": xid13}))
     assert (diagnosis.domain, diagnosis.category) == ("application", "cuda_error")
     assert diagnosis.culprit_nodes == [] and diagnosis.drain == []
+
+
+def test_srun_label_tasks_map_to_nodes(tmp_path):
+    # srun --label: task 5's NCCL line names its host; its later traceback has only the label.
+    output = (
+        "5: gpu03:4100:4100 [1] NCCL INFO comm 0x1 rank 5 nranks 8 cudaDev 1 nvmlDev 1 busId 3b000 commId 0x2 - Init COMPLETE\n"
+        "5: Traceback (most recent call last):\n"
+        "5:   File \"train.py\", line 3, in <module>\n"
+        "5: ValueError: bad batch shape\n"
+    )
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": output}))
+    assert (diagnosis.domain, diagnosis.category) == ("application", "app_exception")
+    assert diagnosis.culprit_nodes == ["gpu03"]

@@ -44,6 +44,7 @@ class Event:
     node: str | None = None
     host: str | None = None  # host named by the line itself (prefix, syslog field, Slurm banner)
     rank: int | None = None
+    task: int | None = None  # srun task number (`srun --label` prefix, `srun: error: node: task N`)
     fields: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
     explained_by: "Event | None" = None
@@ -158,6 +159,8 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock) 
     event.rank = hit.fields.get("rank", origin.rank)
     if isinstance(event.rank, str):
         event.rank = int(event.rank) if event.rank.isdigit() else None
+    task = hit.fields.get("task")
+    event.task = origin.task if origin.task is not None else (int(task) if str(task).isdigit() else None)
     event.node = source.node
     return event
 
@@ -199,18 +202,27 @@ def anchor_boot_clock(events: list[Event]) -> None:
 
 
 def resolve_nodes(events: list[Event], job: JobContext) -> None:
-    """Give job-level events a node: from the host they name, or their rank or task."""
+    """Give job-level events a node: from the host they name, else their rank or srun task.
+
+    Ranks map to nodes through NCCL's init lines and torchrun's root-cause table; srun tasks
+    through any line that shows both a task label and a host.
+    """
     known = set(job.nodes) | {e.node for e in events if e.node}
-    rank_to_node: dict[int, str] = {}
     for event in events:
         if event.node is None and event.host:
             event.node = match_host(event.host, known)
+    rank_to_node: dict[int, str] = {}
+    task_to_node: dict[int, str] = {}
     for event in sorted(events, key=lambda e: e.order):
-        if event.type in ("nccl_rank", "elastic_root_cause") and event.node and event.rank is not None:
+        if event.node and event.rank is not None and event.type in ("nccl_rank", "elastic_root_cause"):
             rank_to_node.setdefault(event.rank, event.node)
+        if event.node and event.task is not None:
+            task_to_node.setdefault(event.task, event.node)
     for event in events:
         if event.node is None and event.rank is not None:
             event.node = rank_to_node.get(event.rank)
+        if event.node is None and event.task is not None:
+            event.node = task_to_node.get(event.task)
 
 
 def match_host(host: str, known: set[str]) -> str:
