@@ -60,13 +60,12 @@ while [ "$d" != "/" ]; do
 done
 
 ETC="$STATE_DIR/etc"; RUN="$STATE_DIR/run"; LOG="$STATE_DIR/log"
-MUNGE="$STATE_DIR/munge"; DB="$STATE_DIR/mysql"; CTLD="$STATE_DIR/ctld"
+DB="$STATE_DIR/mysql"; CTLD="$STATE_DIR/ctld"
 SPOOL="$STATE_DIR/spool"; JOBS="$STATE_DIR/jobs"
-mkdir -p "$ETC" "$RUN" "$LOG" "$MUNGE" "$DB/data" "$DB/run" "$CTLD" "$SPOOL" "$JOBS"
+mkdir -p "$ETC" "$RUN" "$LOG" "$DB/data" "$DB/run" "$CTLD" "$SPOOL" "$JOBS"
 for n in "${NODES[@]}"; do mkdir -p "$SPOOL/$n"; done
 chown "$SLURM_USER": "$RUN" "$LOG" "$CTLD"
 chown -R mysql:mysql "$DB"
-chown munge:munge "$MUNGE"; chmod 755 "$MUNGE"
 chmod 1777 "$JOBS"
 
 export SLURM_CONF="$ETC/slurm.conf"
@@ -82,6 +81,12 @@ fi
 # (sacctmgr always dials /run/munge/munge.socket.2), so use the default munged
 # socket and key. Reuse a munged that already answers there; else start one.
 MUNGE_SOCKET=/run/munge/munge.socket.2
+# A munged started by a test cluster is shared by all of them: each registers
+# itself in $MUNGE_USERS; stop.sh stops munged when the last one goes.
+MUNGE_USERS=/run/munge/sattrib-clusters
+MUNGE_PIDFILE=/run/munge/sattrib-munged.pid
+mkdir -p /run/munge "$MUNGE_USERS"
+printf '%s\n' "$STATE_DIR" > "$MUNGE_USERS/$(printf '%s' "$STATE_DIR" | md5sum | cut -c1-16)"
 munge_ok() { timeout 5 munge -n 2>/dev/null | timeout 5 unmunge >/dev/null 2>&1; }
 if munge_ok; then
     log "reusing running munged on $MUNGE_SOCKET"
@@ -91,16 +96,14 @@ else
         else dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 status=none; fi
         chown munge:munge /etc/munge/munge.key; chmod 400 /etc/munge/munge.key
     fi
-    mkdir -p /run/munge /var/log/munge /var/lib/munge
+    mkdir -p /var/log/munge /var/lib/munge
     chown munge:munge /run/munge /var/log/munge /var/lib/munge; chmod 755 /run/munge
     rm -f "$MUNGE_SOCKET" "$MUNGE_SOCKET.lock"
-    runuser -u munge -- env -u SLURM_CONF munged --pid-file="$MUNGE/munged.pid" --log-file="$MUNGE/munged.log" \
+    runuser -u munge -- env -u SLURM_CONF munged --pid-file="$MUNGE_PIDFILE" \
         </dev/null >/dev/null 2>&1 \
-        || { cat "$MUNGE/munged.log" >&2 2>/dev/null; die "munged failed to start"; }
-    ln -sf "$MUNGE/munged.pid" "$RUN/munged.pid"
-    touch "$RUN/munged.started-here"
+        || { tail -5 /var/log/munge/munged.log >&2 2>/dev/null; die "munged failed to start"; }
     for _ in $(seq 50); do munge_ok && break; sleep 0.1; done
-    munge_ok || die "munge round trip failed (see $MUNGE/munged.log)"
+    munge_ok || die "munge round trip failed (see /var/log/munge/munged.log)"
 fi
 log "munge ok ($(elapsed)s)"
 

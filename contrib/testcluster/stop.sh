@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Stop the test cluster started by start.sh [STATE_DIR] (default /tmp/sattrib-testcluster).
-# Cancels remaining jobs, stops slurmd x4, slurmctld, slurmdbd, mariadbd, munged
-# (by their pid files), then ends any leftover job process of this cluster
-# (processes whose environment carries this cluster's SLURM_CONF). Idempotent.
+# Cancels remaining jobs, stops slurmd x4, slurmctld, slurmdbd, mariadbd (by
+# their pid files) and the shared munged when no other test cluster uses it,
+# then ends any leftover job process of this cluster (processes whose
+# environment carries this cluster's SLURM_CONF). Idempotent.
 set -uo pipefail
 
 STATE_DIR="${1:-${SATTRIB_STATE_DIR:-/tmp/sattrib-testcluster}}"
@@ -42,16 +43,22 @@ stop_group() {
     return 0
 }
 
-# Processes (job steps, slurmstepd, job tasks) that belong to this cluster.
+# Processes that belong to this cluster's jobs: slurmstepd of this cluster and
+# job tasks (SLURM_JOB_ID set), both recognised by SLURM_CONF=<this conf> in the
+# environment they were started with.  Never this script or its ancestors.
 cluster_procs() {
-    local p env
+    local p env comm ancestors=" " a=$$
+    while [ -n "$a" ] && [ "$a" -gt 1 ]; do
+        ancestors+="$a "
+        a="$(awk '{print $4}' "/proc/$a/stat" 2>/dev/null)"
+    done
     for p in /proc/[0-9]*; do
         p="${p#/proc/}"
-        [ "$p" = "$$" ] && continue
-        # never munged: it is shared by all test clusters on this host
-        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = munged ] && continue
+        case "$ancestors" in *" $p "*) continue ;; esac
+        comm="$(cat "/proc/$p/comm" 2>/dev/null)" || continue
         env="$( { tr '\0' '\n' < "/proc/$p/environ"; } 2>/dev/null )" || continue
-        if printf '%s\n' "$env" | grep -qxF "SLURM_CONF=$CONF"; then
+        printf '%s\n' "$env" | grep -qxF "SLURM_CONF=$CONF" || continue
+        if [ "$comm" = slurmstepd ] || printf '%s\n' "$env" | grep -q '^SLURM_JOB_ID='; then
             echo "$p"
         fi
     done
@@ -72,23 +79,37 @@ fi
 
 slurmds=()
 for f in "$RUN"/slurmd-*.pid; do [ -e "$f" ] && slurmds+=("$(basename "$f" .pid)"); done
-stop_group 15 "${slurmds[@]}"
-stop_group 15 slurmctld
-stop_group 15 slurmdbd
+# Jobs are gone, so nothing needs to be flushed in order: stop the Slurm
+# daemons together (each takes 1-2 s to exit), then the database.
+stop_group 15 "${slurmds[@]}" slurmctld slurmdbd
 stop_group 30 mariadbd
-# munged: the default socket is shared by every test cluster on this host, so
-# only stop it when we started it and no other slurm daemon is still running.
-if [ -e "$RUN/munged.started-here" ]; then
+# munged (default socket) is shared by all test clusters on this host: drop
+# our registration; stop it only if a test cluster started it, no registered
+# cluster is left and no slurm daemon at all is running any more.
+MUNGE_USERS=/run/munge/sattrib-clusters
+MUNGE_PIDFILE=/run/munge/sattrib-munged.pid
+rm -f "$MUNGE_USERS/$(printf '%s' "$STATE_DIR" | md5sum | cut -c1-16)"
+for f in "$MUNGE_USERS"/*; do        # forget clusters whose state dir is gone
+    [ -e "$f" ] || continue
+    [ -d "$(cat "$f" 2>/dev/null)/run" ] || rm -f "$f"
+done
+if [ -r "$MUNGE_PIDFILE" ]; then
+    mpid="$(tr -dc '0-9' < "$MUNGE_PIDFILE")"
+    users="$(ls -A "$MUNGE_USERS" 2>/dev/null | wc -l)"
     others="$(ps -eo comm= | grep -cxE 'slurmctld|slurmdbd|slurmd' || true)"
-    if [ "${others:-0}" -eq 0 ]; then
-        stop_group 10 munged
-    else
-        log "leaving munged running: $others other slurm daemon(s) on this host use it"
+    if alive "$mpid" && [ "$(cat "/proc/$mpid/comm" 2>/dev/null)" = munged ]; then
+        if [ "$users" -eq 0 ] && [ "${others:-0}" -eq 0 ]; then
+            kill -TERM "$mpid"
+            for _ in $(seq 50); do alive "$mpid" || break; sleep 0.1; done
+            alive "$mpid" && kill -KILL "$mpid"
+        else
+            log "leaving shared munged running ($users other test cluster(s), $others slurm daemon(s))"
+        fi
     fi
 fi
 
 # Leftover job processes / slurmstepd of this cluster (by exact SLURM_CONF match).
-left="$(cluster_procs | grep -vxF "$$" | grep -vxF "$BASHPID" || true)"
+left="$(cluster_procs || true)"
 if [ -n "$left" ]; then
     log "ending leftover job processes: $(echo $left)"
     # shellcheck disable=SC2086

@@ -159,7 +159,7 @@ class E2E:
         path = self.results / str(job) / "diagnosis.json"
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if path.is_file():
+            if path.is_file() and self.indexed(job):
                 return json.loads(path.read_text())
             time.sleep(0.3)
         log = self.results / "worker.log"
@@ -167,6 +167,11 @@ class E2E:
             f"no diagnosis for job {job} after {timeout}s; worker log:\n"
             + (log.read_text()[-3000:] if log.exists() else "(none)")
         )
+
+    def indexed(self, job: int) -> bool:
+        from slurm_attrib.store import Store
+
+        return Store(self.results).get(str(job)) is not None
 
     def kernel(self, node: str, job: int, lines: list[str]) -> None:
         path = self.dir / "kern" / f"kernel-{node}-{job}.log"
