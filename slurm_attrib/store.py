@@ -128,12 +128,20 @@ class Store:
         else:
             if not path.exists():
                 raise StoreError(f"no results index at {path} (nothing analysed yet)")
-            try:
-                con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-                con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-                con.execute("SELECT 1 FROM diagnoses LIMIT 1")
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot read the results index {path}: {exc}") from None
+            con = None
+            # mode=ro needs the -shm file (or the right to create it); a plain user without write
+            # access falls back to immutable=1, which reads what the last writer checkpointed
+            # (writers checkpoint when they close).
+            for query in ("mode=ro", "immutable=1"):
+                try:
+                    con = sqlite3.connect(f"file:{path}?{query}", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+                    con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                    con.execute("SELECT 1 FROM diagnoses LIMIT 1")
+                    break
+                except sqlite3.Error as exc:
+                    error, con = exc, None
+            if con is None:
+                raise StoreError(f"cannot read the results index {path}: {error}") from None
         con.row_factory = sqlite3.Row
         return con
 
