@@ -18,6 +18,7 @@ Generated data goes under benchmarks/_work/ (gitignored) and is reused when alre
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -43,13 +44,22 @@ RARE_EVERY = 20000  # about one matching line in this many
 # (a) scan throughput
 
 
+def _rules_digest() -> str:
+    from slurm_attrib.paths import bundled_dir
+
+    digest = hashlib.sha256()
+    for path in sorted(bundled_dir("rules").glob("*.yaml")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:10]
+
+
 def build_scan_log(size_mb: int, seed: int = 0) -> Path:
     """A log of size_mb MB of realistic noise with rare matching lines; cached by size and seed."""
     from slurm_attrib.ruleset.loader import load_rules
     from slurm_attrib.ruleset.scanner import Scanner
     from slurm_attrib.simulate import SCENARIOS, write_scenario
 
-    path = WORK / f"scan-{size_mb}mb-s{seed}.log"
+    path = WORK / f"scan-{size_mb}mb-s{seed}-{_rules_digest()}.log"  # noise depends on the rules
     if path.is_file() and path.stat().st_size >= size_mb * 1_000_000:
         return path
     WORK.mkdir(parents=True, exist_ok=True)
@@ -240,6 +250,14 @@ def bench_scan(size_mb: int, repeat: int) -> dict:
 # (b) diagnosis time and memory by job size
 
 
+def _peak_rss_kb() -> int:
+    """This process's own peak RSS (VmHWM starts afresh at exec; ru_maxrss keeps the forked parent's)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def child(path: str) -> None:
     """Run in a subprocess: diagnose one job and print timing, peak RSS and the verdict as JSON."""
     from slurm_attrib.engine.pipeline import analyze_path
@@ -253,7 +271,7 @@ def child(path: str) -> None:
     print(json.dumps({
         "seconds": seconds,
         "warm": warm,
-        "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "maxrss_kb": _peak_rss_kb(),
         "diagnosis": {k: v for k, v in json.loads(d.model_dump_json()).items() if k in ("domain", "category", "culprit_nodes", "quality", "drain")},
     }))
 

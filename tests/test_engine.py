@@ -144,3 +144,13 @@ def test_srun_label_tasks_map_to_nodes(tmp_path):
     diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": output}))
     assert (diagnosis.domain, diagnosis.category) == ("application", "app_exception")
     assert diagnosis.culprit_nodes == ["gpu03"]
+
+
+def test_a_fault_after_the_hang_does_not_explain_it(tmp_path):
+    # Every rank but gpu03's timed out at 13:14 (stalled since 13:04); the Xid comes at 13:20.
+    late = XID79.replace("13:04:06", "13:20:06")
+    output = nccl_init() + "".join(watchdog(r) for r in (0, 1, 2, 3, 6, 7))
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": output, "gpu03/dmesg.txt": late}))
+    assert (diagnosis.domain, diagnosis.category) == ("unknown", "hang_unattributed")
+    assert diagnosis.drain == []
+    assert [c.rule for c in diagnosis.alternatives] == ["gpu.xid"]

@@ -197,6 +197,9 @@ def _judge(events: list[Event], job: JobContext) -> Verdict:
     if not candidates:
         return _judge_without_cause(events, job)
     primary, rivals = _choose_primary(candidates)
+    if _after_the_hang(primary, events):
+        primary.notes["after_hang"] = "began after the collectives had stalled: it cannot explain them"
+        return _judge_without_cause(events, job)
     _link_symptoms(events, primary)
     verdict = Verdict(domain=primary.domain, category=primary.category or "no_evidence", quality="likely")
     verdict.primary, verdict.rivals = primary, rivals
@@ -204,6 +207,16 @@ def _judge(events: list[Event], job: JobContext) -> Verdict:
     verdict.culprits = _culprits(verdict, events, job)
     verdict.quality = _quality(verdict, job)
     return verdict
+
+
+def _after_the_hang(primary: Event, events: list[Event]) -> bool:
+    """A hardware fault that every collective timeout predates is no origin of the hang."""
+    if primary.domain not in DRAINABLE_DOMAINS or primary.time is None:
+        return False
+    timeouts = [e for e in events if e.type == "collective_timeout" and e.role == "symptom" and e.time is not None]
+    return bool(timeouts) and all(
+        t.time + correlate.SKEW < primary.time and not correlate.explains(primary, t) for t in timeouts
+    )
 
 
 def _choose_primary(candidates: list[Event]) -> tuple[Event, list[Event]]:
@@ -359,14 +372,12 @@ def _drains(verdict: Verdict, job: JobContext) -> list[Drain]:
 
 def _alternatives(events: list[Event], verdict: Verdict) -> list[Event]:
     primary = verdict.primary
-    if primary is None:
-        return []
     others = [e for e in events if e.role == "cause" and e is not primary and e.explained_by is None]
     seen: set[tuple] = set()
     chosen = list(verdict.rivals)
     for event in sorted(others, key=lambda e: e.sort_key):
         key = (event.node, event.category)
-        if key in seen or key == (primary.node, primary.category) or event in chosen:
+        if key in seen or (primary and key == (primary.node, primary.category)) or event in chosen:
             continue
         seen.add(key)
         chosen.append(event)
