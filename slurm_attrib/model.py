@@ -61,6 +61,15 @@ class SymptomGroup(Model):
     explained_by: str | None = Field(description="Rule id of the cause that explains the group")
 
 
+class TimelineEntry(Model):
+    time: str | None
+    node: str | None
+    what: str = Field(description="first_cause, first_symptom (per node) or last_event")
+    text: str
+    source: str
+    line: int
+
+
 class Action(Model):
     who: Literal["admin", "user"]
     text: str
@@ -100,6 +109,7 @@ class Diagnosis(Model):
     systemic: bool = False
     gpus: list[Gpu] = []
     symptoms: list[SymptomGroup] = []
+    timeline: list[TimelineEntry] = []
     actions: list[Action] = []
     coverage: list[CoverageItem] = []
     rules_fired: list[str] = []

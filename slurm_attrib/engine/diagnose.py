@@ -19,6 +19,7 @@ from slurm_attrib.model import (
     Gpu,
     Outcome,
     SymptomGroup,
+    TimelineEntry,
 )
 from slurm_attrib.vocab import DRAINABLE_DOMAINS
 
@@ -84,6 +85,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
         systemic=verdict.systemic,
         gpus=_gpus(events, verdict),
         symptoms=_symptom_groups(events),
+        timeline=_timeline(events, verdict),
         actions=actions_for(verdict, drains),
         coverage=[CoverageItem(**vars(c)) for c in evidence.coverage],
         rules_fired=rules_fired,
@@ -435,6 +437,28 @@ def _symptom_groups(events: list[Event]) -> list[SymptomGroup]:
             )
         )
     return sorted(result, key=lambda group: (group.first or "~", group.type, group.rule))
+
+
+def _timeline(events: list[Event], verdict: Verdict) -> list[TimelineEntry]:
+    """The first cause, the first symptom on each node, and the last event, in time order."""
+    timed = sorted((e for e in events if e.time is not None and e.role in ("cause", "symptom")), key=lambda e: e.sort_key)
+    entries: list[tuple[Event, str]] = []
+    if verdict.primary is not None:
+        entries.append((verdict.primary, "first_cause"))
+    first_per_node: dict[str, Event] = {}
+    for event in timed:
+        if event.role == "symptom" and event.node:
+            first_per_node.setdefault(event.node, event)
+    entries += [(e, "first_symptom") for e in first_per_node.values()]
+    if timed and all(timed[-1] is not e for e, _ in entries):
+        entries.append((timed[-1], "last_event"))
+    entries.sort(key=lambda pair: pair[0].sort_key)
+    return [
+        TimelineEntry(
+            time=iso(e.time), node=e.node, what=what, text=e.text.split("\n", 1)[0][:200], source=e.source, line=e.line
+        )
+        for e, what in entries
+    ]
 
 
 def _evidence_lines(events: list[Event], verdict: Verdict) -> list[EvidenceLine]:
