@@ -154,3 +154,11 @@ def test_a_fault_after_the_hang_does_not_explain_it(tmp_path):
     assert (diagnosis.domain, diagnosis.category) == ("unknown", "hang_unattributed")
     assert diagnosis.drain == []
     assert [c.rule for c in diagnosis.alternatives] == ["gpu.xid"]
+
+
+def test_job_output_lines_belong_to_the_node_they_name(tmp_path):
+    # Job output captured on the batch host gpu01; srun names the node that failed.
+    output = "step 5 loss 2.1\nsrun: error: Node failure on gpu04\n"
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu01/slurm-77.out": output}, state="NODE_FAIL"))
+    assert (diagnosis.domain, diagnosis.category) == ("host", "node_failure")
+    assert diagnosis.culprit_nodes == ["gpu04"]

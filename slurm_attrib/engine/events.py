@@ -208,7 +208,12 @@ def resolve_nodes(events: list[Event], job: JobContext) -> None:
     through any line that shows both a task label and a host.
     """
     known = set(job.nodes) | {e.node for e in events if e.node}
+    # Job output is stored on one node (the batch host) but its lines come from every node:
+    # what a line says about its origin wins; the file's node is only the fallback.
+    stored_on = {id(e): e.node for e in events if e.kind == "app"}
     for event in events:
+        if event.kind == "app":
+            event.node = None
         if event.node is None and event.host:
             event.node = match_host(event.host, known)
     rank_to_node: dict[int, str] = {}
@@ -223,6 +228,8 @@ def resolve_nodes(events: list[Event], job: JobContext) -> None:
             event.node = rank_to_node.get(event.rank)
         if event.node is None and event.task is not None:
             event.node = task_to_node.get(event.task)
+        if event.node is None:
+            event.node = stored_on.get(id(event))
 
 
 def match_host(host: str, known: set[str]) -> str:
