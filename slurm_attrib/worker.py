@@ -77,7 +77,7 @@ def analyse_job(
     from slurm_attrib.ingest.bundle import load_spool_job
     from slurm_attrib.render import render_text
     from slurm_attrib.slurm import SlurmError, get_backend
-    from slurm_attrib.slurm.hostlist import expand
+    from slurm_attrib.hostlist import expand
     from slurm_attrib.store import Store
 
     t0 = time.monotonic()

@@ -162,3 +162,10 @@ def test_job_output_lines_belong_to_the_node_they_name(tmp_path):
     diagnosis = analyze_path(write_job(tmp_path, {"gpu01/slurm-77.out": output}, state="NODE_FAIL"))
     assert (diagnosis.domain, diagnosis.category) == ("host", "node_failure")
     assert diagnosis.culprit_nodes == ["gpu04"]
+
+
+def test_node_failure_names_the_node_that_left_no_logs(tmp_path):
+    files = {f"{node}/dmesg.txt": "2026-12-02T13:01:00,000000+00:00 systemd[1]: Started Session 3.\n" for node in NODES[:3]}
+    diagnosis = analyze_path(write_job(tmp_path, files, state="NODE_FAIL"))
+    assert (diagnosis.domain, diagnosis.category) == ("host", "node_failure")
+    assert diagnosis.culprit_nodes == ["gpu04"]

@@ -10,6 +10,8 @@ import stat
 import subprocess
 import time
 
+from slurm_attrib import hostlist
+
 BUNDLE_FORMAT = "sattrib-node-bundle"
 BUNDLE_VERSION = 1
 PROLOG_FORMAT = "sattrib-prolog-record"
@@ -75,66 +77,12 @@ def log_syslog(ident: str, message: str, error: bool = True) -> None:
 
 # --------------------------------------------------------------------------- hostlists
 
-_RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
-
-
-def _split_top(expr: str) -> list[str]:
-    """Split a hostlist on commas outside brackets."""
-    parts, depth, cur = [], 0, []
-    for ch in expr:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    return [p.strip() for p in parts if p.strip()]
-
-
-def _expand_one(item: str, limit: int) -> list[str]:
-    start = item.find("[")
-    if start < 0:
-        return [item]
-    end = item.find("]", start)
-    if end < 0:
-        raise ValueError(f"unbalanced bracket in {item!r}")
-    prefix, body, rest = item[:start], item[start + 1 : end], item[end + 1 :]
-    out: list[str] = []
-    tails = _expand_one(rest, limit) if rest else [""]
-    for rng in body.split(","):
-        m = _RANGE_RE.match(rng.strip())
-        if not m:
-            raise ValueError(f"bad range {rng!r} in {item!r}")
-        lo, hi = m.group(1), m.group(2) or m.group(1)
-        width = len(lo) if lo.startswith("0") or (m.group(2) and len(lo) == len(hi)) else 0
-        if int(hi) < int(lo):
-            raise ValueError(f"descending range {rng!r}")
-        for n in range(int(lo), int(hi) + 1):
-            for tail in tails:
-                out.append(f"{prefix}{n:0{width}d}{tail}")
-                if len(out) > limit:
-                    raise ValueError("hostlist too long")
-    return out
-
-
-def expand_hostlist_py(expr: str, limit: int = 100_000) -> list[str]:
-    """Small stdlib hostlist expander: `gpu[01-03,07],cpu1` -> gpu01 gpu02 gpu03 gpu07 cpu1."""
-    result: list[str] = []
-    for item in _split_top(expr):
-        result.extend(_expand_one(item, limit))
-    return result
-
-
 def expand_hostlist(expr: str | None, timeout: float = 2.0) -> tuple[list[str], str]:
     """(hosts, method).  `scontrol show hostnames` (local, no RPC) first, else the stdlib expander."""
     if not expr:
         return [], "none"
     if "[" not in expr:
-        return _split_top(expr), "plain"
+        return hostlist.expand(expr), "plain"
     for scontrol in ("/usr/bin/scontrol", "/usr/local/bin/scontrol", "/opt/slurm/bin/scontrol"):
         if os.access(scontrol, os.X_OK):
             try:
@@ -151,7 +99,7 @@ def expand_hostlist(expr: str | None, timeout: float = 2.0) -> tuple[list[str], 
                 pass
             break
     try:
-        return expand_hostlist_py(expr), "python"
+        return hostlist.expand(expr), "python"
     except ValueError:
         return [], "failed"
 

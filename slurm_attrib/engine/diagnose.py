@@ -69,7 +69,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     _demote_teardown(events)
     _reconcile_with_job_state(events, job)
     _discard_contradicted_claims(events, evidence)
-    verdict = _judge(events, job)
+    verdict = _judge(events, job, {f.node for f in evidence.files if f.node})
     drains = _drains(verdict, job)
     return Diagnosis(
         domain=verdict.domain,
@@ -194,7 +194,7 @@ def _demote_teardown(events: list[Event]) -> None:
             event.notes["teardown"] = "after the job reported completion"
 
 
-def _judge(events: list[Event], job: JobContext) -> Verdict:
+def _judge(events: list[Event], job: JobContext, nodes_with_logs: set[str]) -> Verdict:
     candidates = [e for e in events if e.role == "cause"]
     if not candidates:
         return _judge_without_cause(events, job)
@@ -206,7 +206,7 @@ def _judge(events: list[Event], job: JobContext) -> Verdict:
     verdict = Verdict(domain=primary.domain, category=primary.category or "no_evidence", quality="likely")
     verdict.primary, verdict.rivals = primary, rivals
     verdict.systemic = _is_systemic(candidates, primary, events, job)
-    verdict.culprits = _culprits(verdict, events, job)
+    verdict.culprits = _culprits(verdict, events, job, nodes_with_logs)
     verdict.quality = _quality(verdict, job)
     return verdict
 
@@ -284,14 +284,14 @@ def _is_systemic(candidates: list[Event], primary: Event, events: list[Event], j
     return len(nodes) >= SYSTEMIC_MIN_NODES and len(nodes) * 2 >= max(len(known), 1)
 
 
-def _culprits(verdict: Verdict, events: list[Event], job: JobContext) -> list[str]:
+def _culprits(verdict: Verdict, events: list[Event], job: JobContext, nodes_with_logs: set[str]) -> list[str]:
     primary = verdict.primary
     if verdict.systemic or primary.domain in ("storage", "scheduler") or primary.notes.get("no_culprit"):
         return []
     if verdict.rivals:
         return sorted({primary.node, *(r.node for r in verdict.rivals)} - {None})
     if primary.category == "node_failure" and primary.node is None:
-        return _failed_nodes(events, job)
+        return _failed_nodes(events, job, nodes_with_logs)
     if primary.category == "transport_error" and not primary.trusted:
         return _blamed_peer(events)
     if primary.node:
@@ -302,13 +302,12 @@ def _culprits(verdict: Verdict, events: list[Event], job: JobContext) -> list[st
     return []
 
 
-def _failed_nodes(events: list[Event], job: JobContext) -> list[str]:
-    """The node Slurm names (`srun: error: Node failure on X`), else the one node that left no evidence."""
+def _failed_nodes(events: list[Event], job: JobContext, nodes_with_logs: set[str]) -> list[str]:
+    """The node Slurm names (`srun: error: Node failure on X`), else the one node that left no logs."""
     named = sorted({e.node for e in events if e.category == "node_failure" and e.node})
     if len(named) == 1:
         return named
-    seen = {e.node for e in events if e.node}
-    missing = sorted(set(job.nodes) - seen)
+    missing = sorted(set(job.nodes) - nodes_with_logs)
     return missing if len(missing) == 1 else []
 
 

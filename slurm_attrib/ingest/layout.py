@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from slurm_attrib import hostlist
 from slurm_attrib.errors import InputError
 from slurm_attrib.ingest import readers
 from slurm_attrib.ingest.kinds import detect_kind
@@ -265,53 +266,10 @@ def _nodes(name: Path, raw: dict[str, Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
-
-
 def expand_hostlist(text: str) -> list[str]:
-    """Expand a Slurm hostlist expression ("gpu[01-03,7],login1") into host names."""
-    hosts: list[str] = []
-    for part in _split_top(text.strip()):
-        if not part:
-            continue
-        hosts.extend(_expand_one(part))
-    return hosts
-
-
-def _split_top(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
-    for char in text:
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth = max(0, depth - 1)
-        if char in ", " and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current))
-    return [p.strip() for p in parts]
-
-
-def _expand_one(part: str) -> list[str]:
-    opening = part.find("[")
-    closing = part.find("]", opening)
-    if opening < 0 or closing < 0:
-        return [part]
-    head, body, rest = part[:opening], part[opening + 1:closing], part[closing + 1:]
-    values: list[str] = []
-    for item in body.split(","):
-        found = _RANGE.match(item.strip())
-        if not found:
-            return [part]  # not a hostlist: keep it as written
-        low, high = found.group(1), found.group(2)
-        if high is None:
-            values.append(low)
-            continue
-        width = len(low)
-        if int(high) - int(low) > 100000:
-            return [part]
-        values.extend(f"{n:0{width}d}" for n in range(int(low), int(high) + 1))
-    tails = _expand_one(rest) if rest else [""]
-    return [head + v + t for v in values for t in tails]
+    """A Slurm hostlist expression ("gpu[01-03,7],login1") as host names; a malformed one is kept
+    as written (job.json is input to read, not to reject for a typo)."""
+    try:
+        return hostlist.expand(text)
+    except ValueError:
+        return [text.strip()] if text.strip() else []

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 
 from slurm_attrib.slurm import Backend, JobInfo, NodeState, SlurmError
-from slurm_attrib.slurm.hostlist import expand
+from slurm_attrib.hostlist import expand
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
 _VALID_JOB = re.compile(r"^\d+(?:_\d+|\+\d+)?$")

@@ -7,7 +7,7 @@ built against that exact release); otherwise the CLI backend is used.
 from __future__ import annotations
 
 from slurm_attrib.slurm import Backend, JobInfo, NodeState, SlurmError
-from slurm_attrib.slurm.hostlist import expand
+from slurm_attrib.hostlist import expand
 
 
 def _major_minor(version: str | None) -> tuple[int, int] | None:

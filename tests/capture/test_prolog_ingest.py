@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import PROLOG, REPO, source_of
-from slurm_attrib.capture.common import expand_hostlist_py, expand_output_pattern, valid_job_id, valid_node
+from slurm_attrib.capture.common import expand_output_pattern, valid_job_id, valid_node
+from slurm_attrib.hostlist import expand as expand_hostlist_py
 from slurm_attrib.ingest.bundle import BundleSource, is_spool_job_dir, load_spool_job
 
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."

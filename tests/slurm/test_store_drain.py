@@ -12,7 +12,7 @@ from slurm_attrib.config import Config
 from slurm_attrib.drain import UndrainRefused, apply_entry, apply_pending, clean_reason, plan, undrain
 from slurm_attrib.model import Diagnosis, Drain, Outcome
 from slurm_attrib.slurm.cli import CliBackend
-from slurm_attrib.slurm.hostlist import expand
+from slurm_attrib.hostlist import expand
 from slurm_attrib.store import APPLIED, KEPT, RECOMMENDED, SKIPPED, Store
 
 

@@ -1,4 +1,7 @@
-"""Expand Slurm hostlist expressions (``gpu[01-04,07],login1``) without calling Slurm."""
+"""Expand Slurm hostlist expressions (``gpu[01-04,07],login1``) without calling Slurm.
+
+Standard library only: the epilog's hot path, the log reader and the Slurm adapter share it.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ def _split_top(expr: str) -> list[str]:
             depth -= 1
             if depth < 0:
                 raise ValueError(f"unbalanced ']' in hostlist {expr!r}")
-        if ch == "," and depth == 0:
+        if ch in ", " and depth == 0:
             parts.append("".join(current))
             current = []
         else:
