@@ -158,6 +158,16 @@ def simulate(scenario: str | None, out: Path | None, nodes: int, ranks_per_node:
     click.echo(json.dumps({k: v for k, v in vars(truth).items() if k != "alternatives"}, indent=2))
 
 
+@main.command("install-hooks")
+@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+def install_hooks(dest: Path) -> None:
+    """Write the Prolog, Epilog and EpilogSlurmctld wrappers into DEST, bound to this Python."""
+    from slurm_attrib.capture.install import install
+
+    for path in install(dest):
+        click.echo(path)
+
+
 # Controller-side commands (show, report, drain, undrain, analyze-job): slurm_attrib/commands.py
 from slurm_attrib.commands import register  # noqa: E402
 

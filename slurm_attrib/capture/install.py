@@ -1,6 +1,7 @@
 """Install the Prolog/Epilog wrappers with this interpreter baked in.
 
-    python -m slurm_attrib.capture.install /etc/slurm        # writes sattrib-epilog, sattrib-prolog
+    sattrib install-hooks /etc/slurm   # writes sattrib-prolog, sattrib-epilog, sattrib-epilog-ctld
+    python -m slurm_attrib.capture.install /etc/slurm    # the same without click
 
 The wrappers (epilog/sattrib-*) pick their interpreter from DEFAULT_PY, which this replaces with
 sys.executable (the venv python the package is installed in); see the wrapper's header.
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from slurm_attrib.paths import bundled_dir
 
-NAMES = ("sattrib-epilog", "sattrib-prolog")
+NAMES = ("sattrib-epilog", "sattrib-prolog", "sattrib-epilog-ctld")
 
 
 def wrapper_dir() -> Path:
