@@ -19,7 +19,6 @@ import json
 import os
 import random
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -54,7 +53,7 @@ def make_sources(d: Path) -> dict[str, Path]:
     with open(syslog, "w") as f:
         for i in range(1, 100_001):
             if i in (5000, 50_000, 99_000):
-                f.write(f"2024-04-09T01:21:39,000000+00:00 bench01 kernel: mlx5_core 0000:3b:00.0: Port module event: module 0, Cable unplugged\n")
+                f.write("2024-04-09T01:21:39,000000+00:00 bench01 kernel: mlx5_core 0000:3b:00.0: Port module event: module 0, Cable unplugged\n")
             else:
                 f.write(f"2024-04-09T01:{i // 60 % 60:02d}:{i % 60:02d},000000+00:00 bench01 systemd[1]: session-{i}.scope: Succeeded.\n")
     app = d / "slurm-777.out"

@@ -8,7 +8,7 @@ the defaults below.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 DEFAULT_PATH = Path("/etc/sattrib/config.yaml")

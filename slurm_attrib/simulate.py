@@ -934,7 +934,7 @@ def s_host_oom(job: _Job) -> GroundTruth:
     job.kern(node, tf,
              "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
              f"CPU: 33 PID: {pid} Comm: python3 Tainted: P           OE     5.15.0-124-generic #134-Ubuntu",
-             f"memory: usage 2013265920kB, limit 2013265920kB, failcnt 4819",
+             "memory: usage 2013265920kB, limit 2013265920kB, failcnt 4819",
              f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=step_0,mems_allowed=0-1,oom_memcg={memcg},task_memcg={memcg}/task_0,task=python3,pid={pid},uid={job.uid}",
              f"Memory cgroup out of memory: Killed process {pid} (python3) total-vm:402653184kB, anon-rss:251658240kB, file-rss:524288kB, shmem-rss:0kB, UID:{job.uid} pgtables:493568kB oom_score_adj:0")
     job.kern(node, tf + 0.9, f"oom_reaper: reaped process {pid} (python3), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB")

@@ -682,7 +682,7 @@ def _capture_one(src, ctx, literals, deadline, procs, keep_budget) -> list[dict]
             sink = sink_factory()
             run_command(src, argv, res, sink, deadline, procs)
             if res["status"] not in ("missing", "forbidden") or sink.bytes:
-                status, detail = res["status"], res["detail"]
+                status = res["status"]
                 _finish(res, sink, 0, deadline)
                 if status == "ok" and not sink.bytes:
                     status = "empty"

@@ -10,7 +10,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 
 from conftest import EPILOG, source_of
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import stat
-from types import SimpleNamespace
 
 import pytest
 

@@ -1,0 +1,158 @@
+"""The diagnosis' parts built from the verdict and the events: causes, symptom groups, GPUs,
+the timeline and the evidence trail."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING
+
+from slurm_attrib.engine.events import Event
+from slurm_attrib.engine.timefmt import iso
+from slurm_attrib.ingest.types import JobContext
+from slurm_attrib.model import Cause, EvidenceLine, Gpu, Outcome, SymptomGroup, TimelineEntry
+
+if TYPE_CHECKING:
+    from slurm_attrib.engine.diagnose import Verdict
+
+MAX_SYMPTOM_LINES = 40
+
+
+MAX_CONTEXT_LINES = 10
+
+
+def alternatives(events: list[Event], verdict: Verdict) -> list[Event]:
+    primary = verdict.primary
+    others = [e for e in events if e.role == "cause" and e is not primary and e.explained_by is None]
+    seen: set[tuple] = set()
+    chosen = list(verdict.rivals)
+    for event in sorted(others, key=lambda e: e.sort_key):
+        key = (event.node, event.category)
+        if key in seen or (primary and key == (primary.node, primary.category)) or event in chosen:
+            continue
+        seen.add(key)
+        chosen.append(event)
+    return chosen[:10]
+
+
+def cause_of(event: Event, verdict: Verdict) -> Cause:
+    nodes = verdict.culprits if event is verdict.primary else ([event.node] if event.node else [])
+    gpus = [_gpu(event)] if event.fields.get("pci") else []
+    detail = event.notes.get("xid_meaning", "")
+    return Cause(
+        domain=event.domain,
+        category=event.category or "no_evidence",
+        nodes=nodes,
+        gpus=gpus,
+        time=iso(event.time),
+        rule=event.rule_id,
+        title=event.title,
+        trusted=event.trusted,
+        detail=detail,
+    )
+
+
+def _gpu(event: Event) -> Gpu:
+    return Gpu(node=event.node, pci_bus_id=event.fields["pci"], xid=event.fields.get("xid"))
+
+
+def gpus(events: list[Event], verdict: Verdict) -> list[Gpu]:
+    found: dict[tuple, Gpu] = {}
+    for event in sorted(events, key=lambda e: e.sort_key):
+        if event.fields.get("pci") and event.type in ("gpu_xid", "gpu_lost") and event.role == "cause":
+            found.setdefault((event.node or "", event.fields["pci"]), _gpu(event))
+    return [found[k] for k in sorted(found)]
+
+
+def symptom_groups(events: list[Event]) -> list[SymptomGroup]:
+    groups: dict[tuple, list[Event]] = defaultdict(list)
+    for event in events:
+        if event.role == "symptom":
+            groups[(event.type, event.rule_id)].append(event)
+    result = []
+    for (kind, rule_id), members in groups.items():
+        times = sorted(e.time for e in members if e.time is not None)
+        explained = Counter(e.explained_by.rule_id for e in members if e.explained_by)
+        result.append(
+            SymptomGroup(
+                type=kind,
+                rule=rule_id,
+                count=len(members),
+                nodes=sorted({e.node for e in members if e.node}),
+                ranks=sorted({e.rank for e in members if e.rank is not None}),
+                first=iso(times[0]) if times else None,
+                last=iso(times[-1]) if times else None,
+                explained_by=explained.most_common(1)[0][0] if explained else None,
+            )
+        )
+    return sorted(result, key=lambda group: (group.first or "~", group.type, group.rule))
+
+
+def timeline(events: list[Event], verdict: Verdict) -> list[TimelineEntry]:
+    """The first cause, the first symptom on each node, and the last event, in time order."""
+    timed = sorted((e for e in events if e.time is not None and e.role in ("cause", "symptom")), key=lambda e: e.sort_key)
+    entries: list[tuple[Event, str]] = []
+    if verdict.primary is not None:
+        entries.append((verdict.primary, "first_cause"))
+    first_per_node: dict[str, Event] = {}
+    for event in timed:
+        if event.role == "symptom" and event.node:
+            first_per_node.setdefault(event.node, event)
+    entries += [(e, "first_symptom") for e in first_per_node.values()]
+    if timed and all(timed[-1] is not e for e, _ in entries):
+        entries.append((timed[-1], "last_event"))
+    entries.sort(key=lambda pair: pair[0].sort_key)
+    return [
+        TimelineEntry(
+            time=iso(e.time), node=e.node, what=what, text=e.text.split("\n", 1)[0][:200], source=e.source, line=e.line
+        )
+        for e, what in entries
+    ]
+
+
+def evidence_lines(events: list[Event], verdict: Verdict) -> list[EvidenceLine]:
+    primary = verdict.primary
+    causes = [primary, *verdict.rivals] if primary else []
+    if primary:
+        causes += [
+            e
+            for e in events
+            if e.explained_by is primary and e.node == primary.node and e.category == primary.category
+        ][:5]
+    first_per_node: dict[tuple, Event] = {}
+    for event in sorted(events, key=lambda e: e.sort_key):
+        if event.role == "symptom":
+            first_per_node.setdefault((event.node, event.type), event)
+    symptoms = sorted(first_per_node.values(), key=lambda e: e.sort_key)[:MAX_SYMPTOM_LINES]
+    context = [e for e in sorted(events, key=lambda e: e.sort_key) if e.role == "context"][:MAX_CONTEXT_LINES]
+    if not primary:
+        context += [e for e in events if e.role == "cause"][:MAX_CONTEXT_LINES]
+    lines = []
+    shown: set[tuple[str, int]] = set()
+    for role, group in (("cause", causes), ("symptom", symptoms), ("context", context)):
+        for event in group:
+            if (event.source, event.line) in shown:
+                continue
+            shown.add((event.source, event.line))
+            lines.append(
+                EvidenceLine(
+                    node=event.node,
+                    source=event.source,
+                    line=event.line,
+                    time=iso(event.time),
+                    text=event.text.split("\n", 1)[0][:500],
+                    role=role,
+                    rule=event.rule_id,
+                )
+            )
+    return lines
+
+
+def outcome(job: JobContext) -> Outcome:
+    return Outcome(
+        state=job.state,
+        exit_code=job.exit_code,
+        job_id=job.job_id,
+        start=iso(job.start),
+        end=iso(job.end),
+        nodes=list(job.nodes),
+    )

@@ -1,0 +1,126 @@
+"""Before judging: what Slurm and the node's own logs say overrides what the job's output claims."""
+
+from __future__ import annotations
+
+from slurm_attrib.engine.events import Event
+from slurm_attrib.ingest.types import Evidence, JobContext
+
+# Job states that are themselves the origin (Slurm decided, or Slurm saw the node die).
+STATE_CAUSES = {
+    "TIMEOUT": ("scheduler", "time_limit"),
+    "DEADLINE": ("scheduler", "time_limit"),
+    "PREEMPTED": ("scheduler", "preempted"),
+    "CANCELLED": ("scheduler", "cancelled"),
+    "NODE_FAIL": ("host", "node_failure"),
+    "BOOT_FAIL": ("host", "node_failure"),
+    "OUT_OF_MEMORY": ("application", "host_oom"),
+}
+
+
+# Scheduler causes each job state agrees with; under any other known state they are step teardown.
+SCHEDULER_STATES = {
+    "time_limit": {"TIMEOUT", "DEADLINE"},
+    "preempted": {"PREEMPTED", "REQUEUED"},
+    "cancelled": {"CANCELLED"},
+}
+
+
+def job_state_events(evidence: Evidence) -> list[Event]:
+    job = evidence.job
+    state = job_state(job)
+    if state not in STATE_CAUSES:
+        return []
+    domain, category = STATE_CAUSES[state]
+    source = job.source or "job.json"
+    return [
+        Event(
+            rule_id="slurm.job_state",
+            title=f"Slurm job state {state}",
+            type="job_state",
+            domain=domain,
+            category=category,
+            role="cause",
+            severity="error",
+            strength=3,
+            source=source,
+            line=_line_of(evidence, source, '"state"'),
+            text=f"state: {job.state}",
+            kind="job",
+            trusted=True,
+            kernel_side=False,
+            order=(-1, 0),
+            time=job.end,
+        )
+    ]
+
+
+def _line_of(evidence: Evidence, source: str, needle: str) -> int:
+    try:
+        text = (evidence.root / source).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return 1
+    for number, line in enumerate(text.splitlines(), 1):
+        if needle in line:
+            return number
+    return 1
+
+
+def date_node_failures(events: list[Event], last_seen: dict[str, float]) -> None:
+    """Slurm notices a dead node minutes late (SlurmdTimeout): the failure began when it went silent."""
+    for event in events:
+        silent_since = last_seen.get(event.node or "")
+        if event.category == "node_failure" and silent_since is not None:
+            if event.time is None or silent_since < event.time:
+                event.notes["reported_at"] = event.time
+                event.time = silent_since
+
+
+def reconcile_with_job_state(events: list[Event], job: JobContext) -> None:
+    """Slurm's own job state is authoritative: a 'CANCELLED' step banner in a FAILED job is teardown."""
+    state = job_state(job)
+    if not state:
+        return
+    for event in events:
+        agreeing = SCHEDULER_STATES.get(event.category or "")
+        if event.role == "cause" and agreeing is not None and state not in agreeing:
+            event.role = "symptom"
+            event.notes["job_state"] = f"job state {state} disagrees"
+
+
+def discard_contradicted_claims(events: list[Event], evidence: Evidence) -> None:
+    """A kernel message printed in the job's output that the node's own kernel log does not hold.
+
+    Users can print anything; when the node's kernel or syslog is present and shows no such
+    event, the printed line is a forgery or a copy, and only context.
+    """
+    logged_nodes = {f.node for f in evidence.files if f.trusted and f.kind in ("kernel", "syslog")}
+    confirmed = {(e.node, e.rule_id) for e in events if e.trusted}
+    confirmed_anywhere = {rule_id for _node, rule_id in confirmed}
+    all_logged = bool(evidence.job.nodes) and set(evidence.job.nodes) <= logged_nodes
+    for event in events:
+        if event.trusted or not event.kernel_side or event.role != "cause":
+            continue
+        if event.node in logged_nodes and (event.node, event.rule_id) not in confirmed:
+            event.role = "context"
+            event.notes["contradicted"] = f"not in {event.node}'s own kernel log"
+        elif event.node is None and all_logged and event.rule_id not in confirmed_anywhere:
+            event.role = "context"
+            event.notes["contradicted"] = "in no node's own kernel log"
+
+
+def job_state(job: JobContext) -> str | None:
+    return job.state.split()[0].upper() if job.state else None
+
+
+def demote_teardown(events: list[Event]) -> None:
+    """Application errors printed after the job said it completed are teardown noise."""
+    done_at: dict[int, int] = {}
+    for event in events:
+        if event.type in ("job_progress_done", "program_exit"):
+            file_index, line = event.order
+            done_at[file_index] = min(line, done_at.get(file_index, line))
+    for event in events:
+        file_index, line = event.order
+        if event.role == "cause" and event.domain == "application" and line > done_at.get(file_index, 1 << 62):
+            event.role = "context"
+            event.notes["teardown"] = "after the job reported completion"
