@@ -81,6 +81,7 @@ class CoverageItem(Model):
     kind: str | None
     status: str
     detail: str = ""
+    whole_node: bool = Field(default=False, description="A node of the job that left no logs at all")
 
 
 class Outcome(Model):

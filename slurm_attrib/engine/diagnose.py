@@ -38,7 +38,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     reconcile.demote_teardown(events)
     reconcile.reconcile_with_job_state(events, job)
     reconcile.discard_contradicted_claims(events, evidence)
-    verdict = _judge(events, job, {f.node for f in evidence.files if f.node})
+    verdict = _judge(events, job, evidence.silent_nodes())
     drains = _drains(verdict, job)
     symptoms = assemble.symptom_groups(events)
     return Diagnosis(
@@ -63,7 +63,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     )
 
 
-def _judge(events: list[Event], job: JobContext, nodes_with_logs: set[str]) -> Verdict:
+def _judge(events: list[Event], job: JobContext, silent_nodes: list[str]) -> Verdict:
     candidates = [e for e in events if e.role == "cause"]
     if not candidates:
         return _judge_without_cause(events, job)
@@ -75,7 +75,7 @@ def _judge(events: list[Event], job: JobContext, nodes_with_logs: set[str]) -> V
     verdict = Verdict(domain=primary.domain, category=primary.category or "no_evidence", quality="likely")
     verdict.primary, verdict.rivals = primary, rivals
     verdict.systemic = _is_systemic(candidates, primary, events, job)
-    verdict.culprits = _culprits(verdict, events, job, nodes_with_logs)
+    verdict.culprits = _culprits(verdict, events, silent_nodes)
     verdict.quality = _quality(verdict, job)
     return verdict
 
@@ -153,14 +153,14 @@ def _is_systemic(candidates: list[Event], primary: Event, events: list[Event], j
     return len(nodes) >= SYSTEMIC_MIN_NODES and len(nodes) * 2 >= max(len(known), 1)
 
 
-def _culprits(verdict: Verdict, events: list[Event], job: JobContext, nodes_with_logs: set[str]) -> list[str]:
+def _culprits(verdict: Verdict, events: list[Event], silent_nodes: list[str]) -> list[str]:
     primary = verdict.primary
     if verdict.systemic or primary.domain in ("storage", "scheduler") or primary.notes.get("no_culprit"):
         return []
     if verdict.rivals:
         return sorted({primary.node, *(r.node for r in verdict.rivals)} - {None})
     if primary.category == "node_failure" and primary.node is None:
-        return _failed_nodes(events, job, nodes_with_logs)
+        return _failed_nodes(events, silent_nodes)
     if primary.category == "transport_error" and not primary.trusted:
         return _blamed_peer(events)
     if primary.node:
@@ -171,13 +171,12 @@ def _culprits(verdict: Verdict, events: list[Event], job: JobContext, nodes_with
     return []
 
 
-def _failed_nodes(events: list[Event], job: JobContext, nodes_with_logs: set[str]) -> list[str]:
+def _failed_nodes(events: list[Event], silent_nodes: list[str]) -> list[str]:
     """The node Slurm names (`srun: error: Node failure on X`), else the one node that left no logs."""
     named = sorted({e.node for e in events if e.category == "node_failure" and e.node})
     if len(named) == 1:
         return named
-    missing = sorted(set(job.nodes) - nodes_with_logs)
-    return missing if len(missing) == 1 else []
+    return silent_nodes if len(silent_nodes) == 1 else []
 
 
 def _blamed_peer(events: list[Event]) -> list[str]:

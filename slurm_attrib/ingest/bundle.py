@@ -172,7 +172,7 @@ def load_spool_job(path: Path) -> Evidence:
     seen = {node for node, _ in bundles} | {c.node for c in coverage if c.status == "unreadable"}
     for node in job.nodes:
         if node not in seen:
-            coverage.append(CoverageEntry(node, f"nodes/{node}.json.gz", None, "missing", "no node bundle"))
+            coverage.append(CoverageEntry(node, f"nodes/{node}.json.gz", None, "missing", "no node bundle", whole_node=True))
     return Evidence(root=path, job=job, files=files, coverage=coverage)
 
 

@@ -106,7 +106,7 @@ def load_evidence(path: Path) -> Evidence:
     present = {f.node for f in files} | {c.node for c in coverage}
     for node in job.nodes:
         if node not in present:
-            coverage.append(CoverageEntry(node, f"{node}/", None, "missing", "no logs for this node"))
+            coverage.append(CoverageEntry(node, f"{node}/", None, "missing", "no logs for this node", whole_node=True))
     coverage.sort(key=lambda c: (c.source, c.node or ""))
     return Evidence(root=path, job=job, files=files, coverage=coverage)
 

@@ -44,6 +44,7 @@ class CoverageEntry:
     kind: str | None
     status: str  # ok | empty | unreadable | truncated | skipped | missing
     detail: str = ""
+    whole_node: bool = False  # the entry stands for a node of the job that left no logs at all
 
 
 @dataclass
@@ -52,3 +53,7 @@ class Evidence:
     job: JobContext
     files: list[SourceFile] = field(default_factory=list)
     coverage: list[CoverageEntry] = field(default_factory=list)
+
+    def silent_nodes(self) -> list[str]:
+        """Nodes of the job that left no logs at all (a crashed node never runs its epilog)."""
+        return sorted({c.node for c in self.coverage if c.whole_node and c.node})
