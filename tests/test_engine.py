@@ -74,6 +74,9 @@ def test_forged_xid_in_job_output_never_drains(tmp_path):
     diagnosis = analyze_path(job)
     assert diagnosis.drain == []
     assert diagnosis.quality != "confirmed"
+    # rank 5 runs on gpu03 (NCCL init lines), but a printed line alone names no hardware culprit
+    assert diagnosis.culprit_nodes == []
+    assert any("only in the job's own output on gpu03" in note for note in diagnosis.notes)
 
 
 def test_unorderable_faults_on_two_nodes_are_ambiguous(tmp_path):

@@ -159,10 +159,14 @@ def _culprits(verdict: Verdict, events: list[Event], silent_nodes: list[str]) ->
         return []
     if verdict.rivals:
         return sorted({primary.node, *(r.node for r in verdict.rivals)} - {None})
-    if primary.category == "node_failure" and primary.node is None:
+    if primary.category == "node_failure":
         return _failed_nodes(events, silent_nodes)
     if primary.category == "transport_error" and not primary.trusted:
         return _blamed_peer(events)
+    if primary.domain in DRAINABLE_DOMAINS and not primary.trusted:
+        # A hardware fault claimed only by lines the job's user controls names no culprit.
+        verdict.notes.append(f"the fault is reported only in the job's own output{' on ' + primary.node if primary.node else ''}")
+        return []
     if primary.node:
         return [primary.node]
     if primary.domain == "application":
@@ -172,7 +176,10 @@ def _culprits(verdict: Verdict, events: list[Event], silent_nodes: list[str]) ->
 
 
 def _failed_nodes(events: list[Event], silent_nodes: list[str]) -> list[str]:
-    """The node Slurm names (`srun: error: Node failure on X`), else the one node that left no logs."""
+    """The failed node, when Slurm itself (trusted) saw a node fail: the node srun names
+    (`srun: error: Node failure on X`), else the one node that left no logs."""
+    if not any(e.trusted for e in events if e.category == "node_failure"):
+        return silent_nodes if len(silent_nodes) == 1 else []
     named = sorted({e.node for e in events if e.category == "node_failure" and e.node})
     if len(named) == 1:
         return named
