@@ -282,3 +282,16 @@ def test_corpus_expected_categories_have_a_matching_cause():
             for kind in ("kernel", "app", "nvidia_smi"):
                 categories |= {h.category for h in scanner.scan(path.read_bytes(), kind)}
         assert expected["category"] in categories, case.name
+
+
+def test_exit_signal_hook_tells_faults_from_teardown():
+    segv = _one("traceback : Signal 11 (SIGSEGV) received by PID 4432", "elastic.signal_received", kind="app")
+    assert (segv.role, segv.category, segv.strength) == ("cause", "app_killed_signal", 2)
+    abort = _one(
+        "E1026 03:51:40.1 2521679 api.py:869] failed (exitcode: -6) local_rank: 6 (pid: 1246013) of binary: /usr/bin/python3",
+        "elastic.worker_failed",
+        kind="app",
+    )
+    assert abort.role == "symptom" and abort.notes["signal"] == "SIGABRT"
+    killed = _one("['python', 'train.py'] exits with return code = -9", "deepspeed.launcher_exit", kind="app")
+    assert (killed.role, killed.strength) == ("cause", 1)

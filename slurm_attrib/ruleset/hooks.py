@@ -156,9 +156,35 @@ def refine_mce_status(hit: "Hit") -> "Hit":
     return hit
 
 
+# Signals that kill a process by its own fault (a cause) versus signals sent to it by others
+# (teardown: torchrun's SIGTERM, the watchdog's SIGABRT).  SIGKILL is often the OOM killer or a
+# teardown too, so it is only a weak cause.  Numbers: signal(7) on Linux x86_64/arm64.
+FAULT_SIGNALS = {4: "SIGILL", 7: "SIGBUS", 8: "SIGFPE", 11: "SIGSEGV"}
+TEARDOWN_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 15: "SIGTERM"}
+
+
+def refine_exit_signal(hit: "Hit") -> "Hit":
+    """A process that died by a signal: its own fault (SIGSEGV...) or teardown (SIGTERM, SIGABRT)."""
+    signal = hit.fields.get("signal")
+    exitcode = hit.fields.get("exitcode")
+    if not isinstance(signal, int):
+        signal = -exitcode if isinstance(exitcode, int) and exitcode < 0 else None
+    if signal is None:
+        return hit
+    hit.notes["signal"] = FAULT_SIGNALS.get(signal) or TEARDOWN_SIGNALS.get(signal) or f"signal {signal}"
+    if signal in FAULT_SIGNALS:
+        hit.role, hit.domain, hit.category, hit.strength = "cause", "application", "app_killed_signal", 2
+    elif signal == 9:
+        hit.role, hit.domain, hit.category, hit.strength = "cause", "application", "app_killed_signal", 1
+    else:
+        hit.role, hit.category = "symptom", None
+    return hit
+
+
 HOOKS: dict[str, Callable[["Hit"], "Hit"]] = {
     "xid": refine_xid,
     "mce_status": refine_mce_status,
+    "exit_signal": refine_exit_signal,
     "ib_status": refine_ib_status,
     "sxid": refine_sxid,
     "nccl_busid": refine_nccl_busid,
