@@ -4,8 +4,8 @@
     python benchmarks/run.py [--size-mb 200] [--nodes 8,128,1024] [--skip-scan] [--skip-scale] [--check]
 
 (a) Scan: builds a log of --size-mb MB (noise lines from simulated jobs, about 1 matching line in
-    20,000), then times `Scanner(load_rules()).scan(data, "app")` with the accelerator (Hyperscan,
-    when installed) and with accelerate=False (Python `re`), and `grep -c -E -f patterns.txt FILE`
+    20,000), then times `Scanner(load_rules()).scan(data, "app")` with each literal-search engine
+    (Hyperscan when installed, GNU grep -F, Python `re`), and `grep -c -E -f patterns.txt FILE`
     (LC_ALL=C) over the same file, where patterns.txt holds the rules' `match.regex` translated to
     POSIX ERE.  Best of --repeat runs each; the file is read once before timing (page cache).
 (b) Scale: simulates `gpu_fell_off_bus` jobs of each --nodes size and diagnoses each one with
@@ -72,7 +72,7 @@ def build_scan_log(size_mb: int, seed: int = 0) -> Path:
         lines.extend(line for line in file.read_bytes().splitlines() if line.strip())
     shutil.rmtree(corpus, ignore_errors=True)
     # split the pool into lines the rules match and the rest, with the pure-re scanner
-    scanner = Scanner(load_rules(), accelerate=False)
+    scanner = Scanner(load_rules(), engine="re")
     blob = b"\n".join(lines) + b"\n"
     matched = {hit.lineno for kind in ("app", "kernel", "syslog") for hit in scanner.scan(blob, kind)}
     rare = sorted({lines[n - 1] for n in matched})
@@ -190,7 +190,7 @@ def _c_env() -> dict[str, str]:
 
 def bench_scan(size_mb: int, repeat: int) -> dict:
     from slurm_attrib.ruleset.loader import load_rules
-    from slurm_attrib.ruleset.scanner import Scanner
+    from slurm_attrib.ruleset.scanner import ENGINES, Scanner, best_engine
 
     t = time.perf_counter()
     path = build_scan_log(size_mb)
@@ -203,10 +203,12 @@ def bench_scan(size_mb: int, repeat: int) -> dict:
     print(f"rules: {len(rules)}")
 
     results: dict[str, dict] = {}
-    for label, accelerate in (("scanner (accelerated)", True), ("scanner (pure re)", False)):
-        scanner = Scanner(rules, accelerate=accelerate)
-        if accelerate and not scanner.accelerated:
-            print(f"  {label:24s} skipped: hyperscan is not installed (pip install hyperscan)")
+    for engine in ENGINES:
+        label = f"scanner ({engine})"
+        try:
+            scanner = Scanner(rules, engine=engine)
+        except ValueError:
+            print(f"  {label:24s} skipped: not available (pip install hyperscan)")
             continue
         best, hits = float("inf"), 0
         candidates = len(scanner.candidate_lines(data))
@@ -237,7 +239,7 @@ def bench_scan(size_mb: int, repeat: int) -> dict:
     for label, r in results.items():
         ratio = f"{r['mbps'] / grep['mbps']:.2f}x" if grep else "n/a"
         print(f"  {label:24s} {r['seconds']:8.2f} {r['mbps']:9.1f} {ratio:>8s}  {r['hits']} hits ({r['candidates']} candidate lines)")
-    best_label = "scanner (accelerated)" if "scanner (accelerated)" in results else "scanner (pure re)"
+    best_label = f"scanner ({best_engine()})"
     ok = None
     if grep and best_label in results:
         ratio = results[best_label]["mbps"] / grep["mbps"]

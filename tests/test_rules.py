@@ -108,7 +108,7 @@ def test_xid_catalog_cites_sources():
 # --- hooks through the scanner -----------------------------------------------------------------
 
 def _hits(text: str, kind: str = "kernel"):
-    return Scanner(RULES, accelerate=False).match_text(text, kind)
+    return Scanner(RULES, engine="re").match_text(text, kind)
 
 
 def _one(text: str, rule_id: str, kind: str = "kernel"):
@@ -257,7 +257,7 @@ def _corpus_files():
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="dev corpus not present")
 @pytest.mark.parametrize("path", _corpus_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_pack_scans_corpus_file(path):
-    scanner = Scanner(RULES, accelerate=False)
+    scanner = Scanner(RULES, engine="re")
     data = path.read_bytes()
     for kind in SOURCE_KINDS:
         for hit in scanner.scan(data, kind):
@@ -270,7 +270,7 @@ def test_pack_scans_corpus_file(path):
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="dev corpus not present")
 def test_corpus_expected_categories_have_a_matching_cause():
     """Each dev case whose expected category is a failure has at least one rule hit of that category."""
-    scanner = Scanner(RULES, accelerate=False)
+    scanner = Scanner(RULES, engine="re")
     for case in sorted(p for p in CORPUS.iterdir() if p.is_dir()):
         expected = yaml.safe_load((case / "expected.yaml").read_text(encoding="utf-8"))
         if expected["domain"] in ("none", "unknown"):

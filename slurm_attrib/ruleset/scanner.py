@@ -1,14 +1,17 @@
 """Scan raw log bytes with the rule pack.
 
-The rules' literal `contains` strings are searched over the whole buffer at once (Hyperscan when
-installed, else one alternation in Python's `re`; both find the same lines).  Only the lines that
-hold a literal are decoded and checked with the rules' regexes, so throughput is that of the
-literal search.
+The rules' literal `contains` strings are searched over the whole buffer at once, by the best
+engine at hand: Hyperscan when installed, else GNU grep -F (both multi-literal automata), else one
+alternation in Python's `re` (slow with a hundred literals).  All three find the same lines.  Only
+the lines that hold a literal are decoded and checked with the rules' regexes, so throughput is
+that of the literal search.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +43,17 @@ class Hit:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
+ENGINES = ("hyperscan", "grep", "re")
+
+
+def best_engine() -> str:
+    if hyperscan is not None:
+        return "hyperscan"
+    return "grep" if shutil.which("grep") else "re"
+
+
 class Scanner:
-    def __init__(self, rules: list[Rule], accelerate: bool = True):
+    def __init__(self, rules: list[Rule], engine: str = "auto"):
         self.rules = rules
         self._compiled = {r.id: _compile_rule(r) for r in rules}
         literals = sorted({lit for r in rules for lit in r.match.contains})
@@ -52,16 +64,17 @@ class Scanner:
                 self._rules_by_literal[literal].append(rule)
         self._rules_by_ids: dict[frozenset[int], list[Rule]] = {}
         self._caseless = {lit for r in rules if r.match.ignore_case for lit in r.match.contains}
-        self._hs_db = _hyperscan_db(literals, self._caseless) if accelerate and hyperscan else None
+        self.engine = best_engine() if engine == "auto" else engine
+        if self.engine not in ENGINES or (self.engine == "hyperscan" and hyperscan is None):
+            raise ValueError(f"scan engine {engine!r} is not available")
+        self._hs_db = _hyperscan_db(literals, self._caseless) if self.engine == "hyperscan" else None
+        self._grep = shutil.which("grep") if self.engine == "grep" else None
         alternation = b"|".join(
             (b"(?i:" + re.escape(lit.encode()) + b")") if lit in self._caseless else re.escape(lit.encode())
             for lit in literals
         )
         self._literal_re = re.compile(alternation) if literals else None
 
-    @property
-    def accelerated(self) -> bool:
-        return self._hs_db is not None
 
     def candidate_lines(self, data: bytes) -> list[tuple[int, frozenset[int] | None]]:
         """Lines holding at least one literal: (start offset, ids of the literals found there).
@@ -81,7 +94,10 @@ class Scanner:
             self._hs_db.scan(data, match_event_handler=on_match)
             found.sort()
         else:
-            found = [(m.end(), -1) for m in self._literal_re.finditer(data)]
+            ends = self._grep_match_ends(data) if self._grep else None
+            if ends is None:
+                ends = [m.end() for m in self._literal_re.finditer(data)]
+            found = [(end, -1) for end in ends]
         lines: list[tuple[int, frozenset[int] | None]] = []
         line_end, start, ids = -1, 0, set()
         for end, literal_id in found:
@@ -96,6 +112,32 @@ class Scanner:
         if line_end >= 0:
             lines.append((start, frozenset(ids) if accelerated else None))
         return lines
+
+    def _grep_match_ends(self, data: bytes) -> list[int] | None:
+        """End offsets of the literals GNU grep -F finds (None when grep fails: use `re`)."""
+        ends: list[int] = []
+        sensitive = [lit for lit in self._literals if lit not in self._caseless]
+        for literals, flags in ((sensitive, []), (sorted(self._caseless), ["-i"])):
+            if not literals:
+                continue
+            patterns = [arg for lit in literals for arg in ("-e", lit)]
+            try:
+                done = subprocess.run(
+                    [self._grep, "-F", "-a", "-b", "-o", *flags, *patterns],
+                    input=data,
+                    capture_output=True,
+                    env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"},
+                    check=False,
+                )
+            except OSError:
+                return None
+            if done.returncode > 1:
+                return None
+            for line in done.stdout.splitlines():
+                offset, _, text = line.partition(b":")
+                ends.append(int(offset) + len(text))
+        ends.sort()
+        return ends
 
     def scan(self, data: bytes, kind: str) -> list[Hit]:
         hits: list[Hit] = []

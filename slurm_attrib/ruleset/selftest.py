@@ -19,7 +19,7 @@ class ExampleFailure:
 
 
 def check_rule(rule: Rule) -> list[ExampleFailure]:
-    scanner = Scanner([rule], accelerate=False)
+    scanner = Scanner([rule], engine="re")
     failures = []
     for example in rule.examples.match:
         kind = example.kind or rule.sources[0]
