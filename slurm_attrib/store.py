@@ -21,11 +21,11 @@ import grp
 import json
 import os
 import sqlite3
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_attrib import atomic
 from slurm_attrib.errors import SattribError
 
 INDEX = "index.db"
@@ -272,27 +272,6 @@ def _give(fd: int, uid: int | None, gid: int, mode: int) -> bool:
 
 
 def _atomic_write(dir_fd: int, name: str, data: bytes, uid: int | None, gid: int) -> bool:
-    tmp = f".{name}.{os.getpid()}.tmp"
-    try:
-        os.unlink(tmp, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise StoreError(f"{name}: temp file is not a regular file")
-        ok = _give(fd, uid, gid, 0o640)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        try:
-            os.unlink(tmp, dir_fd=dir_fd)
-        except OSError:
-            pass
-        raise
-    os.close(fd)
-    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    return ok
+    given: list[bool] = []
+    atomic.write_in_dir(dir_fd, name, data, mode=0o600, prepare=lambda fd: given.append(_give(fd, uid, gid, 0o640)))
+    return given[0]

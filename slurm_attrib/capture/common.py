@@ -10,7 +10,7 @@ import stat
 import subprocess
 import time
 
-from slurm_attrib import hostlist
+from slurm_attrib import atomic, hostlist
 
 BUNDLE_FORMAT = "sattrib-node-bundle"
 BUNDLE_VERSION = 1
@@ -381,28 +381,7 @@ def atomic_write(root: str, subdirs: list[str], filename: str, data: bytes, crea
     try:
         for part in subdirs:
             fds.append(_open_subdir(fds[-1], part, create=True))
-        dir_fd = fds[-1]
-        tmp = f".{filename}.tmp-{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except OSError:
-                pass
-            raise
-        os.close(fd)
-        os.rename(tmp, filename, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        try:
-            os.fsync(dir_fd)
-        except OSError:
-            pass
+        atomic.write_in_dir(fds[-1], filename, data)
         return os.path.join(root, *subdirs, filename)
     finally:
         for fd in fds:
