@@ -247,16 +247,14 @@ def time_after(data: bytes, offset: int, year_hint: int | None, max_lines: int =
 
 def last_time(data: bytes, year_hint: int | None, max_lines: int = 50) -> LineTime:
     """The time of the last line of `data` that carries one (how long a source kept writing)."""
-    end = len(data.rstrip(b"\n"))
-    for _ in range(max_lines):
-        if end <= 0:
-            break
-        start = data.rfind(b"\n", 0, end) + 1
-        found = parse_line_time(_line_text(data, start, end), year_hint)
-        if found.wall is not None or found.mono is not None:
-            return found
-        end = start - 1
-    return NO_TIME
+    end = len(data)
+    while end > 0 and data[end - 1] == 0x0A:  # trailing newlines, without copying the data
+        end -= 1
+    last_start = data.rfind(b"\n", 0, end) + 1
+    found = parse_line_time(_line_text(data, last_start, end), year_hint)
+    if found.wall is not None or found.mono is not None:
+        return found
+    return time_before(data, last_start, year_hint, max_lines=max_lines)
 
 
 def year_hint(job: JobContext) -> int | None:
