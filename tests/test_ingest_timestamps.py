@@ -187,3 +187,11 @@ def test_estimate_boot_times():
     assert boots["gpu02"] == pytest.approx(T - 500.0)
     assert "gpu03" not in boots  # mono only: no pair
     assert "gpu09" not in boots  # app output is not a source of kernel stamps
+
+
+def test_last_time_is_the_last_stamped_line():
+    from slurm_attrib.ingest.timestamps import last_time
+
+    data = b"2026-12-02T13:00:00+00:00 a\n2026-12-02T13:05:00+00:00 b\nno time here\n\n\n"
+    assert last_time(data, 2026).wall == calendar.timegm((2026, 12, 2, 13, 5, 0))
+    assert last_time(b"nothing\n", 2026).wall is None
