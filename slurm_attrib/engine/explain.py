@@ -21,7 +21,7 @@ CATEGORY_WORDS = {
     "gpu_nvlink": "an NVLink error",
     "gpu_firmware": "a GPU firmware (GSP) error",
     "gpu_hardware_other": "a GPU hardware error",
-    "link_down": "a network link went down",
+    "link_down": "a network link going down",
     "transport_error": "a network transport error",
     "fabric_other": "a network fabric error",
     "node_failure": "a node failure",
@@ -31,13 +31,13 @@ CATEGORY_WORDS = {
     "filesystem_error": "a filesystem error",
     "app_exception": "an exception in the application",
     "cuda_error": "a CUDA error in the application",
-    "gpu_oom": "the application ran out of GPU memory",
-    "host_oom": "the job ran out of host memory",
+    "gpu_oom": "GPU memory exhaustion in the application (CUDA out of memory)",
+    "host_oom": "host memory exhaustion (out-of-memory kill)",
     "nccl_usage": "an NCCL setup or usage error",
-    "app_killed_signal": "a process of the job was killed by a signal",
-    "time_limit": "the job reached its time limit",
-    "cancelled": "the job was cancelled",
-    "preempted": "the job was preempted",
+    "app_killed_signal": "a process of the job killed by a signal",
+    "time_limit": "the job's time limit",
+    "cancelled": "a cancellation (scancel or an administrator)",
+    "preempted": "preemption by the scheduler",
 }
 
 QUALITY_WORDS = {"confirmed": "caused by", "likely": "most likely caused by", "ambiguous": "possibly caused by"}
@@ -89,6 +89,8 @@ def summary_for(verdict: "Verdict", symptoms: list[SymptomGroup], job: "JobConte
     if verdict.rivals:
         nodes = ", ".join(verdict.culprits)
         return f"{job_words} failed; independent faults on {nodes} cannot be ordered in time: {_event_words(primary)}{at} is one of them."
+    if primary.domain == "scheduler":
+        return f"{job_words} was ended by {CATEGORY_WORDS[primary.category]}{at}."
     followers = sum(group.count for group in symptoms if group.explained_by)
     tail = f"; {followers} later error line(s) follow from it" if followers else ""
     return f"{job_words} failed, {QUALITY_WORDS.get(verdict.quality, 'caused by')} {_event_words(primary)}{at}{tail}."
