@@ -3,7 +3,9 @@
 # Exits 0 quickly when everything is already installed.
 set -euo pipefail
 
-PKGS=(slurm-wlm slurmdbd slurm-client munge mariadb-server)
+# python3-click and python3-yaml: a Python the non-root test user can run for `sattrib show`
+# (the project venv may live under /root, which other users cannot enter).
+PKGS=(slurm-wlm slurmdbd slurm-client munge mariadb-server python3-click python3-yaml)
 # Binaries that must exist afterwards (package -> binary sanity check).
 BINS=(slurmctld slurmd slurmdbd sbatch sacct sacctmgr munged mariadbd)
 
