@@ -187,19 +187,12 @@ class PyEngine(PassEngine):
         self.after = after
         self.after_left = 0
 
-    def _chunk_hit(self, data: bytes) -> bool:
+    def _hit(self, data: bytes) -> bool:
+        """Whether a line (or a whole chunk of lines) holds a rule literal."""
         if any(lit in data for lit in self.exact):
             return True
         if self.folded:
             low = data.lower()
-            return any(lit in low for lit in self.folded)
-        return False
-
-    def _hit(self, line: bytes) -> bool:
-        if any(lit in line for lit in self.exact):
-            return True
-        if self.folded:
-            low = line.lower()
             return any(lit in low for lit in self.folded)
         return False
 
@@ -225,7 +218,7 @@ class PyEngine(PassEngine):
             return
         self.carry = data[cut + 1 :]
         body = data[:cut]
-        if self.after_left == 0 and not self._chunk_hit(body):
+        if self.after_left == 0 and not self._hit(body):
             count = body.count(b"\n") + 1
             if self.nbefore:
                 tail = body.rsplit(b"\n", self.nbefore)[-self.nbefore :]
