@@ -172,3 +172,14 @@ def test_node_failure_names_the_node_that_left_no_logs(tmp_path):
     diagnosis = analyze_path(write_job(tmp_path, files, state="NODE_FAIL"))
     assert (diagnosis.domain, diagnosis.category) == ("host", "node_failure")
     assert diagnosis.culprit_nodes == ["gpu04"]
+
+
+def test_the_same_link_fault_on_three_nodes_of_a_large_job_is_systemic(tmp_path):
+    nodes = [f"gpu{i:02d}" for i in range(1, 33)]
+    files = {
+        f"gpu0{i}/syslog": f"2026-12-02T13:05:0{i}.000000+00:00 gpu0{i} kernel: mlx5_core 0000:3b:00.0 ibp59s0: Link down\n"
+        for i in (1, 2, 3)
+    }
+    diagnosis = analyze_path(write_job(tmp_path, files, nodes=nodes))
+    assert diagnosis.domain == "network" and diagnosis.systemic
+    assert diagnosis.culprit_nodes == [] and diagnosis.drain == []

@@ -13,7 +13,8 @@ from slurm_attrib.model import CoverageItem, Diagnosis, Drain
 from slurm_attrib.vocab import DRAINABLE_DOMAINS
 
 FAILED_STATES = {"FAILED", *reconcile.STATE_CAUSES}
-SYSTEMIC_MIN_NODES = 3  # the same fault on at least this many nodes (and half the job) is systemic
+SYSTEMIC_MIN_NODES = 3  # the same fault on at least this many nodes ...
+SYSTEMIC_WINDOW = 300.0  # ... within this many seconds of the first is systemic
 MAX_DRAIN_NODES = 2
 
 
@@ -74,7 +75,7 @@ def _judge(events: list[Event], job: JobContext, silent_nodes: list[str]) -> Ver
     _link_symptoms(events, primary)
     verdict = Verdict(domain=primary.domain, category=primary.category or "no_evidence", quality="likely")
     verdict.primary, verdict.rivals = primary, rivals
-    verdict.systemic = _is_systemic(candidates, primary, events, job)
+    verdict.systemic = _is_systemic(candidates, primary)
     verdict.culprits = _culprits(verdict, events, silent_nodes)
     verdict.quality = _quality(verdict, job)
     return verdict
@@ -140,17 +141,20 @@ def _same_incident(a: Event, b: Event) -> bool:
     return a.node == b.node or a.node is None or b.node is None
 
 
-def _is_systemic(candidates: list[Event], primary: Event, events: list[Event], job: JobContext) -> bool:
-    if primary.time is None:
-        nodes = {c.node for c in candidates if c.category == primary.category and c.node}
-    else:
-        nodes = {
-            c.node
-            for c in candidates
-            if c.category == primary.category and c.node and c.time is not None and abs(c.time - primary.time) <= 300
-        }
-    known = set(job.nodes) | {e.node for e in events if e.node}
-    return len(nodes) >= SYSTEMIC_MIN_NODES and len(nodes) * 2 >= max(len(known), 1)
+def _is_systemic(candidates: list[Event], primary: Event) -> bool:
+    """The same infrastructure fault on several nodes within minutes: a shared cause (a switch,
+    a filesystem, power), not these nodes.  An application error on every rank is still the
+    application's."""
+    if primary.domain == "application":
+        return False
+    nodes = {
+        c.node
+        for c in candidates
+        if c.category == primary.category
+        and c.node
+        and (primary.time is None or (c.time is not None and abs(c.time - primary.time) <= SYSTEMIC_WINDOW))
+    }
+    return len(nodes) >= SYSTEMIC_MIN_NODES
 
 
 def _culprits(verdict: Verdict, events: list[Event], silent_nodes: list[str]) -> list[str]:
