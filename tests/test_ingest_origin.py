@@ -71,3 +71,8 @@ def test_long_line_is_cheap():
     start = time.perf_counter()
     assert line_origin(line) == Origin(rank=3, task=12)
     assert time.perf_counter() - start < 0.5
+
+
+def test_open_mpi_tag_output_prefix():
+    origin = line_origin("[1,2]<stdout>:smc-gpu-03:29880:30398 [0] init.cc:497 NCCL WARN Duplicate GPU detected")
+    assert (origin.rank, origin.host) == (2, "smc-gpu-03")

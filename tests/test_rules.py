@@ -133,7 +133,7 @@ def test_xid_hook_roles():
     fatal = _one("NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000)", "gpu.xid")
     assert (fatal.role, fatal.category, fatal.notes["nvlink_link"]) == ("cause", "gpu_nvlink", 8)
     nonfatal = _one("NVRM: Xid (PCI:0018:01:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 03 (0x00000001 0x00000000)", "gpu.xid")
-    assert nonfatal.role == "context"
+    assert (nonfatal.role, nonfatal.strength, nonfatal.notes["nvlink_fatal"]) == ("cause", 1, False)
 
 
 def test_sxid_hook():

@@ -10,12 +10,13 @@ from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.model import CoverageItem, Diagnosis, Drain
-from slurm_attrib.vocab import DRAINABLE_DOMAINS
+from slurm_attrib.vocab import DRAINABLE_DOMAINS, TRUSTED_KINDS
 
 FAILED_STATES = {"FAILED", *reconcile.STATE_CAUSES}
 SYSTEMIC_MIN_NODES = 3  # the same fault on at least this many nodes ...
 SYSTEMIC_WINDOW = 300.0  # ... within this many seconds of the first is systemic
 MAX_DRAIN_NODES = 2
+COMPLETION_MARKERS = ("job_progress_done", "program_exit")  # the job said it finished
 
 
 @dataclass
@@ -100,14 +101,23 @@ def _choose_primary(candidates: list[Event]) -> tuple[Event, list[Event]]:
         first_time = timed[0].time
         ties = [c for c in timed if c.time - first_time <= correlate.SKEW]
         strongest = max(c.strength for c in ties)
-        ties = sorted((c for c in ties if c.strength == strongest), key=lambda c: (not c.trusted, c.sort_key))
+        ties = sorted((c for c in ties if c.strength == strongest), key=_tie_key)
         if untimed and untimed[0].strength > strongest:
-            ties = [c for c in untimed if c.strength == untimed[0].strength]
+            ties = sorted((c for c in untimed if c.strength == untimed[0].strength), key=_tie_key)
     else:
-        ties = [c for c in untimed if c.strength == untimed[0].strength]
+        ties = sorted((c for c in untimed if c.strength == untimed[0].strength), key=_tie_key)
     primary = ties[0]
     rivals = _independent_rivals(primary, ties[1:])
     return primary, rivals
+
+
+# Among equally strong candidates that timing cannot order, the more specific component wins:
+# a GPU that fell off the bus explains the PCIe errors its root port reports, not the reverse.
+DOMAIN_PRECEDENCE = {"gpu": 0, "network": 1, "host": 2, "storage": 3, "application": 4, "scheduler": 5}
+
+
+def _tie_key(event: Event) -> tuple:
+    return (not event.trusted, DOMAIN_PRECEDENCE.get(event.domain, 9), event.sort_key)
 
 
 def _independent_rivals(primary: Event, others: list[Event]) -> list[Event]:
@@ -167,8 +177,9 @@ def _culprits(verdict: Verdict, events: list[Event], silent_nodes: list[str]) ->
         return _failed_nodes(events, silent_nodes)
     if primary.category == "transport_error" and not primary.trusted:
         return _blamed_peer(events)
-    if primary.domain in DRAINABLE_DOMAINS and not primary.trusted:
-        # A hardware fault claimed only by lines the job's user controls names no culprit.
+    if primary.domain in DRAINABLE_DOMAINS and not primary.trusted and primary.kind not in TRUSTED_KINDS:
+        # A hardware fault claimed only by lines the job's user controls names no culprit (a
+        # kernel log handed in as a job-level file still names its host; it never drains).
         verdict.notes.append(f"the fault is reported only in the job's own output{' on ' + primary.node if primary.node else ''}")
         return []
     if primary.node:
@@ -233,8 +244,17 @@ def _judge_without_cause(events: list[Event], job: JobContext) -> Verdict:
     state = reconcile.job_state(job)
     if state in FAILED_STATES or failing:
         return Verdict(domain="unknown", category="no_evidence", quality="insufficient")
-    quality = "confirmed" if state == "COMPLETED" else "likely"
-    return Verdict(domain="none", category="success", quality=quality)
+    if state == "COMPLETED":
+        return Verdict(domain="none", category="success", quality="confirmed")
+    if any(e.type in COMPLETION_MARKERS or _benign(e) for e in events):
+        return Verdict(domain="none", category="success", quality="likely")
+    # Nothing recognised and no job state: an unknown failure format is no success.
+    return Verdict(domain="unknown", category="no_evidence", quality="insufficient")
+
+
+def _benign(event: Event) -> bool:
+    """A message the rules know to be harmless (a corrected error, a link coming up)."""
+    return event.role == "context" and not event.notes
 
 
 def _drains(verdict: Verdict, job: JobContext) -> list[Drain]:

@@ -111,6 +111,10 @@ def load_evidence(path: Path) -> Evidence:
     return Evidence(root=path, job=job, files=files, coverage=coverage)
 
 
+# Files that describe a case rather than log it (a case's expected.yaml, a site's notes).
+METADATA_SUFFIXES = (".yaml", ".yml")
+
+
 def _walk(root: Path) -> list[tuple[str, str | None, str, int, str]]:
     """(rel, node, what, size, detail) for every non-hidden entry; what is file|skipped|unreadable."""
     found: list[tuple[str, str | None, str, int, str]] = []
@@ -140,6 +144,9 @@ def _walk(root: Path) -> list[tuple[str, str | None, str, int, str]]:
                     visit(entry.path, rel + "/", owner, False)
                     continue
                 if entry.is_file(follow_symlinks=False):
+                    if name.lower().endswith(METADATA_SUFFIXES):
+                        found.append((rel, node, "skipped", 0, "metadata (YAML), not a log"))
+                        continue
                     size = entry.stat(follow_symlinks=False).st_size
                     found.append((rel, node, "file", size, ""))
                     continue

@@ -2,6 +2,7 @@
 
 Recognised prefixes (combinable in this order):
 - `srun --label`: `12: ...` (possibly right-aligned: ` 3: ...`) -> task
+- Open MPI `mpirun --tag-output`: `[1,3]<stdout>:` -> rank (the second number)
 - PyTorch: `[rank3]:...` -> rank
 - NCCL: `host:pid:tid [dev] ...`, optionally after the NCCL 2.26+ WARN time `[2024-12-02 13:04:06] `
   -> host (NCCL prints the short hostname)
@@ -31,6 +32,7 @@ class Origin:
 NO_ORIGIN = Origin()
 
 _LABEL = re.compile(r" {0,6}(\d{1,6}): ")
+_MPI_TAG = re.compile(r"\[\d{1,6},(\d{1,7})\]<std(?:out|err)>:")
 _DEFAULT_PREFIX = re.compile(r"\[default\d{1,5}\]:")
 _RANK_PREFIX = re.compile(r"\[(?:rank|RANK)(\d{1,7})\]:")
 _NCCL_TIME = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\] ")
@@ -72,6 +74,10 @@ def line_origin(text: str) -> Origin:
     m = _LABEL.match(text)
     if m is not None:
         task = int(m.group(1))
+        pos = m.end()
+    m = _MPI_TAG.match(text, pos)
+    if m is not None:
+        rank = int(m.group(1))
         pos = m.end()
     m = _DEFAULT_PREFIX.match(text, pos)  # torchrun's [defaultN]: is a local rank: skipped
     if m is not None:

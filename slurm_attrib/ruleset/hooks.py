@@ -78,8 +78,14 @@ def _xid_details(hit: "Hit", xid: int | None) -> None:
             hit.notes["nvlink_link"] = int(found.group(2))
             if found.group(1) == "Nonfatal":
                 # The catalog: severity is not implied by the number; a Nonfatal NVLink5 event
-                # does not end the job by itself.
-                hit.role, hit.strength, hit.severity, hit.category = "context", 1, "warning", None
+                # does not end the job by itself: a weak cause, never a drain.
+                hit.strength, hit.severity = 1, "warning"
+    prev = hit.fields.get("prev_xid")
+    entry = xid_catalog().get(prev) if prev is not None else None
+    if hit.role == "symptom" and entry is not None and entry["points_at"] == "hardware":
+        # "Xid 45 ... caused by previous Xid 149": the earlier Xid may be missing from the log.
+        hit.role, hit.strength, hit.category = "cause", 2, entry["category"]
+        hit.notes["caused_by_xid"] = prev
 
 
 # ibv_wc_status numbering from NCCL's bundled verbs header (domain-facts §2.3, [S10]).
