@@ -191,10 +191,8 @@ def _culprits(verdict: Verdict, events: list[Event], silent_nodes: list[str]) ->
 
 
 def _failed_nodes(events: list[Event], silent_nodes: list[str]) -> list[str]:
-    """The failed node, when Slurm itself (trusted) saw a node fail: the node srun names
-    (`srun: error: Node failure on X`), else the one node that left no logs."""
-    if not any(e.trusted for e in events if e.category == "node_failure"):
-        return silent_nodes if len(silent_nodes) == 1 else []
+    """The node Slurm names (`srun: error: Node failure on X`, printed by srun or salloc), else
+    the one node that left no logs.  Naming is not draining: drains need trusted evidence."""
     named = sorted({e.node for e in events if e.category == "node_failure" and e.node})
     if len(named) == 1:
         return named
