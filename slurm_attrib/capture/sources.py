@@ -156,14 +156,21 @@ class PassEngine:
         self.lineno = 0
         self.error = ""
 
-    def feed(self, chunk: bytes) -> None:
+    def _complete_lines(self, chunk: bytes) -> bytes | None:
+        """The chunk's complete lines (joined, without the last newline); the rest is carried."""
         data = self.carry + chunk
         cut = data.rfind(b"\n")
         if cut < 0:
             self.carry = data
-            return
+            return None
         self.carry = data[cut + 1 :]
-        for line in data[:cut].split(b"\n"):
+        return data[:cut]
+
+    def feed(self, chunk: bytes) -> None:
+        body = self._complete_lines(chunk)
+        if body is None:
+            return
+        for line in body.split(b"\n"):
             self.lineno += 1
             self.keep.add(self.lineno, line)
 
@@ -211,13 +218,9 @@ class PyEngine(PassEngine):
                 self.before.append((self.lineno, line))
 
     def feed(self, chunk: bytes) -> None:
-        data = self.carry + chunk
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            self.carry = data
+        body = self._complete_lines(chunk)
+        if body is None:
             return
-        self.carry = data[cut + 1 :]
-        body = data[:cut]
         if self.after_left == 0 and not self._hit(body):
             count = body.count(b"\n") + 1
             if self.nbefore:
