@@ -195,3 +195,14 @@ def test_last_time_is_the_last_stamped_line():
     data = b"2026-12-02T13:00:00+00:00 a\n2026-12-02T13:05:00+00:00 b\nno time here\n\n\n"
     assert last_time(data, 2026).wall == calendar.timegm((2026, 12, 2, 13, 5, 0))
     assert last_time(b"nothing\n", 2026).wall is None
+
+
+def test_evidence_year_without_a_job_window():
+    from slurm_attrib.ingest.timestamps import evidence_year
+
+    files = [
+        SourceFile("a/syslog", "a", "syslog", True, b"Dec  2 13:04:06 a kernel: x\n"),
+        SourceFile("b/dmesg", "b", "kernel", True, b"[Tue Dec  1 10:00:00 2026] y\n"),
+    ]
+    assert evidence_year(Evidence(Path("."), JobContext(), files)) == 2026
+    assert evidence_year(Evidence(Path("."), JobContext(), files[:1])) is None

@@ -14,7 +14,7 @@ from slurm_attrib.ingest.timestamps import (
     parse_line_time,
     time_after,
     time_before,
-    year_hint,
+    evidence_year,
 )
 from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
 from slurm_attrib.ruleset.scanner import Hit, Scanner
@@ -59,7 +59,7 @@ INHERIT_LINES = 200
 
 def last_seen(evidence: Evidence, boot_times: dict[str, float]) -> dict[str, float]:
     """Per node, the latest time any of its own files wrote a line: when it was last alive."""
-    year = year_hint(evidence.job)
+    year = evidence_year(evidence)
     seen: dict[str, float] = {}
     for source in evidence.files:
         if not source.node:
@@ -74,7 +74,7 @@ def last_seen(evidence: Evidence, boot_times: dict[str, float]) -> dict[str, flo
 
 
 def extract_events(evidence: Evidence, scanner: Scanner, boot_times: dict[str, float]) -> list[Event]:
-    year = year_hint(evidence.job)
+    year = evidence_year(evidence)
     events: list[Event] = []
     for index, source in enumerate(evidence.files):
         clock = FileClock(source, year, boot_times.get(source.node) if source.node else None)

@@ -265,6 +265,25 @@ def year_hint(job: JobContext) -> int | None:
     return None
 
 
+_FULL_DATE_YEAR = re.compile(rb"\b(20\d\d)-[01]\d-[0-3]\d[T ][0-2]\d:|\b\d\d:\d\d:\d\d (20\d\d)\]")
+_YEAR_SAMPLE = 65536
+
+
+def evidence_year(evidence: Evidence) -> int | None:
+    """The year for year-less timestamps: the job's, else the latest year that full-date
+    timestamps in the evidence carry (read from the head and tail of each file)."""
+    hint = year_hint(evidence.job)
+    if hint is not None:
+        return hint
+    years = [
+        int(found.group(1) or found.group(2))
+        for source in evidence.files
+        for sample in (source.data[:_YEAR_SAMPLE], source.data[-_YEAR_SAMPLE:])
+        for found in _FULL_DATE_YEAR.finditer(sample)
+    ]
+    return max(years) if years else None
+
+
 _KERNEL_PAIR = re.compile(rb"kernel: +\[\s*\d+\.\d+\]")
 _MAX_PAIRS_PER_NODE = 2000
 
@@ -278,7 +297,7 @@ def estimate_boot_times(evidence: Evidence) -> dict[str, float]:
     """
     from slurm_attrib.ingest.origin import line_origin
 
-    hint = year_hint(evidence.job)
+    hint = evidence_year(evidence)
     observations: dict[str, list[float]] = {}
     for source in evidence.files:
         if source.kind not in ("kernel", "syslog"):
