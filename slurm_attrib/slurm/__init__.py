@@ -19,9 +19,11 @@ from slurm_attrib.errors import SattribError
 from slurm_attrib.ingest.types import JobContext
 
 # Job states in which the job has not finished yet (no diagnosis can exist).
+# Not final yet.  COMPLETING is what `scontrol show job` prints while the epilogs still run,
+# which is when EpilogSlurmctld's worker first asks: the final state comes a moment later.
 ACTIVE_STATES = {
-    "PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_HOLD",
-    "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED",
+    "PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "RESIZING", "REQUEUED",
+    "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED",
 }
 
 

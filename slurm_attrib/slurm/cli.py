@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 
-from slurm_attrib.slurm import Backend, JobInfo, NodeState, SlurmError
+from slurm_attrib.slurm import ACTIVE_STATES, Backend, JobInfo, NodeState, SlurmError
 from slurm_attrib.hostlist import expand
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
@@ -98,6 +98,10 @@ class CliBackend(Backend):
         if info is not None and not info.active:
             # The controller knows the final state at once; sacct adds nothing it lacks.
             return info
+        if info is not None and info.state == "COMPLETING":
+            # Epilogs still running: the accounting record already holds the final state.
+            final = self._job_from_sacct(job_id)
+            return final if final is not None and not final.active else info
         return info or self._job_from_sacct(job_id)
 
     def _job_from_scontrol(self, job_id: str) -> JobInfo | None:
@@ -113,7 +117,7 @@ class CliBackend(Backend):
         user, uid = _owner(kv.get("UserId"))
         _, gid = _owner(kv.get("GroupId"))
         state = (kv.get("JobState") or "").split()[0].upper() or None
-        active = state in ("PENDING", "RUNNING", "SUSPENDED", "CONFIGURING")
+        active = state in ACTIVE_STATES
         return JobInfo(
             job_id=kv.get("JobId", job_id),
             state=state,
