@@ -81,7 +81,9 @@ def summary_for(verdict: "Verdict", symptoms: list[SymptomGroup], job: "JobConte
             return f"{job_words} hung in a collective; {verdict.culprits[0]} is the suspect: it is the only node that did not report the timeout."
         if verdict.category == "hang_unattributed":
             return f"{job_words} hung in a collective; the evidence does not show where it began."
-        return f"{job_words} failed, but the evidence holds no recognised cause."
+        if job.state:
+            return f"{job_words} ended {job.state}, but the evidence holds no recognised cause."
+        return f"{job_words}: the evidence holds no recognised failure, and no sign that the job completed."
     primary = verdict.primary
     at = f" at {iso(primary.time)}" if primary.time is not None else ""
     if verdict.systemic:
