@@ -183,3 +183,21 @@ def test_the_same_link_fault_on_three_nodes_of_a_large_job_is_systemic(tmp_path)
     diagnosis = analyze_path(write_job(tmp_path, files, nodes=nodes))
     assert diagnosis.domain == "network" and diagnosis.systemic
     assert diagnosis.culprit_nodes == [] and diagnosis.drain == []
+
+
+def test_the_rank_that_completed_fewest_collectives_is_the_suspect(tmp_path):
+    def status(rank, completed):
+        return (
+            f"[rank{rank}]:[E1202 13:14:06.1 ProcessGroupNCCL.cpp:1709] [PG 0 Rank {rank}] Timeout at NCCL work: 7753, "
+            f"last enqueued NCCL work: 7755, last completed NCCL work: {completed}.\n"
+        )
+    output = nccl_init() + "".join(status(r, 7750 if r in (2, 3) else 7752) for r in range(8))
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": output}))
+    assert (diagnosis.domain, diagnosis.category) == ("unknown", "hang_unattributed")
+    assert diagnosis.culprit_nodes == ["gpu02"] and diagnosis.quality == "likely"
+
+
+def test_torch_1x_failure_wording_alone_is_a_hang(tmp_path):
+    line = "[E ProcessGroupNCCL.cpp:488] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n"
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": line * 3}))
+    assert (diagnosis.domain, diagnosis.category) == ("unknown", "hang_unattributed")

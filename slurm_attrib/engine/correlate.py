@@ -12,6 +12,9 @@ WINDOW_SLACK_AFTER = 60.0  # after the job end: teardown lines still belong to t
 XID_BURST_SILENCE = 180.0  # NVIDIA Fleet Intelligence: a burst ends after 3 minutes of silence
 SKEW = 5.0  # clocks of different nodes may differ by this much: events closer are not ordered
 EXPLAIN_HORIZON = 3600.0  # a cause explains what follows it within this time
+# Events that say a collective stalled: watchdog timeouts, "Some NCCL operations have failed or
+# timed out", the heartbeat monitor's "watchdog got stuck".
+HANG_TYPES = frozenset({"collective_timeout", "collective_failure", "watchdog_hang"})
 
 
 def apply_job_window(events: list[Event], job: JobContext) -> None:
@@ -72,7 +75,7 @@ def explains(cause: Event, effect: Event) -> bool:
 
 def silent_nodes(events: list[Event], job: JobContext) -> tuple[list[str], list[str]]:
     """Nodes whose ranks reported collective timeouts, and nodes of the job that did not."""
-    timeouts = [e for e in events if e.type == "collective_timeout" and e.role != "context"]
+    timeouts = [e for e in events if e.type in HANG_TYPES and e.role != "context"]
     reporting = sorted({e.node for e in timeouts if e.node})
     known = set(job.nodes) | {e.node for e in events if e.node and e.type in ("nccl_rank", "nccl_ip")}
     silent = sorted(known - set(reporting))
@@ -80,12 +83,20 @@ def silent_nodes(events: list[Event], job: JobContext) -> tuple[list[str], list[
 
 
 def lagging_nodes(events: list[Event]) -> list[str]:
-    """Nodes whose ranks completed fewer collectives than every other rank (PG status lines)."""
-    completed: dict[str, int] = {}
+    """Nodes whose ranks completed fewer collectives than every other rank (watchdog status lines).
+
+    Sequence numbers count per process group, so only one group's lines are compared: the group
+    that most lines report on.
+    """
+    by_group: dict[tuple, dict[str, int]] = defaultdict(dict)
     for event in events:
-        value = event.fields.get("last_completed")
+        value = event.fields.get("completed")
         if event.node and isinstance(value, int):
-            completed[event.node] = min(value, completed.get(event.node, value))
+            group = by_group[(event.rule_id, event.fields.get("pg", 0))]
+            group[event.node] = min(value, group.get(event.node, value))
+    if not by_group:
+        return []
+    completed = max(by_group.values(), key=len)
     if len(completed) < 2:
         return []
     lowest = min(completed.values())

@@ -86,7 +86,7 @@ def _after_the_hang(primary: Event, events: list[Event]) -> bool:
     """A hardware fault that every collective timeout predates is no origin of the hang."""
     if primary.domain not in DRAINABLE_DOMAINS or primary.time is None:
         return False
-    timeouts = [e for e in events if e.type == "collective_timeout" and e.role == "symptom" and e.time is not None]
+    timeouts = [e for e in events if e.type in correlate.HANG_TYPES and e.role == "symptom" and e.time is not None]
     return bool(timeouts) and all(
         t.time + correlate.SKEW < primary.time and not correlate.explains(primary, t) for t in timeouts
     )
@@ -229,7 +229,7 @@ def _quality(verdict: Verdict, job: JobContext) -> str:
 
 
 def _judge_without_cause(events: list[Event], job: JobContext) -> Verdict:
-    timeouts = [e for e in events if e.type == "collective_timeout" and e.role == "symptom"]
+    timeouts = [e for e in events if e.type in correlate.HANG_TYPES and e.role == "symptom"]
     if timeouts:
         reporting, silent = correlate.silent_nodes(events, job)
         suspects = silent if len(silent) == 1 and reporting else correlate.lagging_nodes(events)
