@@ -11,6 +11,7 @@ WINDOW_SLACK_BEFORE = 120.0  # seconds before the job start still inside the win
 WINDOW_SLACK_AFTER = 60.0  # after the job end: teardown lines still belong to the job
 XID_BURST_SILENCE = 180.0  # NVIDIA Fleet Intelligence: a burst ends after 3 minutes of silence
 SKEW = 5.0  # clocks of different nodes may differ by this much: events closer are not ordered
+INHERITED_SKEW = 120.0  # a line without its own time is placed only roughly by its neighbours
 EXPLAIN_HORIZON = 3600.0  # a cause explains what follows it within this time
 # Events that say a collective stalled: watchdog timeouts, "Some NCCL operations have failed or
 # timed out", the heartbeat monitor's "watchdog got stuck".

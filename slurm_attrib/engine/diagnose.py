@@ -40,6 +40,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     reconcile.demote_teardown(events)
     reconcile.reconcile_with_job_state(events, job)
     reconcile.discard_contradicted_claims(events, evidence)
+    reconcile.prefer_corroborating_kernel_events(events)
     verdict = _judge(events, job, evidence.silent_nodes())
     drains = _drains(verdict, job)
     symptoms = assemble.symptom_groups(events)
@@ -76,7 +77,8 @@ def _judge(events: list[Event], job: JobContext, silent_nodes: list[str]) -> Ver
     _link_symptoms(events, primary)
     verdict = Verdict(domain=primary.domain, category=primary.category or "no_evidence", quality="likely")
     verdict.primary, verdict.rivals = primary, rivals
-    verdict.systemic = _is_systemic(candidates, primary)
+    peer = _blamed_peer(events) if primary.category == "transport_error" and not primary.trusted else []
+    verdict.systemic = not peer and _is_systemic(candidates, primary)
     verdict.culprits = _culprits(verdict, events, silent_nodes)
     verdict.quality = _quality(verdict, job)
     return verdict
@@ -98,8 +100,8 @@ def _choose_primary(candidates: list[Event]) -> tuple[Event, list[Event]]:
     timed = sorted((c for c in pool if c.time is not None), key=lambda c: c.sort_key)
     untimed = sorted((c for c in pool if c.time is None), key=lambda c: (-c.strength, c.order))
     if timed:
-        first_time = timed[0].time
-        ties = [c for c in timed if c.time - first_time <= correlate.SKEW]
+        first = timed[0]
+        ties = [c for c in timed if c.time - first.time <= _tolerance(first, c)]
         strongest = max(c.strength for c in ties)
         ties = sorted((c for c in ties if c.strength == strongest), key=_tie_key)
         if untimed and untimed[0].strength > strongest:
@@ -118,6 +120,12 @@ DOMAIN_PRECEDENCE = {"gpu": 0, "network": 1, "host": 2, "storage": 3, "applicati
 
 def _tie_key(event: Event) -> tuple:
     return (not event.trusted, DOMAIN_PRECEDENCE.get(event.domain, 9), event.sort_key)
+
+
+def _tolerance(a: Event, b: Event) -> float:
+    """How close two times must be to count as simultaneous: clock skew, or more when a line
+    only inherited its time from a neighbouring line."""
+    return correlate.INHERITED_SKEW if a.time_inherited or b.time_inherited else correlate.SKEW
 
 
 def _independent_rivals(primary: Event, others: list[Event]) -> list[Event]:
@@ -152,11 +160,8 @@ def _same_incident(a: Event, b: Event) -> bool:
 
 
 def _is_systemic(candidates: list[Event], primary: Event) -> bool:
-    """The same infrastructure fault on several nodes within minutes: a shared cause (a switch,
-    a filesystem, power), not these nodes.  An application error on every rank is still the
-    application's."""
-    if primary.domain == "application":
-        return False
+    """The same fault on several nodes within minutes: a shared cause (a switch, a filesystem,
+    power, a configuration every rank shares), not one of these nodes."""
     nodes = {
         c.node
         for c in candidates
