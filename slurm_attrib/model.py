@@ -25,6 +25,7 @@ class EvidenceLine(Model):
     text: str
     role: Role
     rule: str | None = Field(default=None, description="Id of the rule that matched the line")
+    time_inferred: bool = Field(default=False, description="The line has no time of its own; taken from a nearby line")
 
 
 class Drain(Model):

@@ -142,6 +142,7 @@ def evidence_lines(events: list[Event], verdict: Verdict) -> list[EvidenceLine]:
                     text=event.text.split("\n", 1)[0][:500],
                     role=role,
                     rule=event.rule_id,
+                    time_inferred=event.time_inherited,
                 )
             )
     return lines

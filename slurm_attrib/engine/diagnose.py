@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from slurm_attrib.engine import assemble, correlate, reconcile
-from slurm_attrib.engine.events import Event
+from slurm_attrib.engine.events import Event, match_host
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.model import CoverageItem, Diagnosis, Drain
@@ -81,6 +81,8 @@ def _judge(events: list[Event], job: JobContext, silent_nodes: list[str]) -> Ver
     verdict.systemic = not peer and _is_systemic(candidates, primary)
     verdict.culprits = _culprits(verdict, events, silent_nodes)
     verdict.quality = _quality(verdict, job)
+    if primary.time is None and primary.type != "job_state":
+        verdict.notes.append("the cause has no wall-clock time (seconds since boot with no anchor, or no time at all): it cannot be placed in the job's window")
     return verdict
 
 
@@ -108,18 +110,26 @@ def _choose_primary(candidates: list[Event]) -> tuple[Event, list[Event]]:
             ties = sorted((c for c in untimed if c.strength == untimed[0].strength), key=_tie_key)
     else:
         ties = sorted((c for c in untimed if c.strength == untimed[0].strength), key=_tie_key)
-    primary = ties[0]
-    rivals = _independent_rivals(primary, ties[1:])
+    primary = _most_specific_hardware(ties)
+    rivals = _independent_rivals(primary, [c for c in ties if c is not primary])
     return primary, rivals
 
 
-# Among equally strong candidates that timing cannot order, the more specific component wins:
-# a GPU that fell off the bus explains the PCIe errors its root port reports, not the reverse.
-DOMAIN_PRECEDENCE = {"gpu": 0, "network": 1, "host": 2, "storage": 3, "application": 4, "scheduler": 5}
+# Among equally strong hardware candidates that timing cannot order, the more specific component
+# wins: a GPU that fell off the bus explains the PCIe errors its root port reports, not the reverse.
+HARDWARE_PRECEDENCE = {"gpu": 0, "network": 1, "host": 2}
 
 
 def _tie_key(event: Event) -> tuple:
-    return (not event.trusted, DOMAIN_PRECEDENCE.get(event.domain, 9), event.sort_key)
+    return (not event.trusted, event.sort_key)
+
+
+def _most_specific_hardware(ties: list[Event]) -> Event:
+    first = ties[0]
+    if first.domain not in HARDWARE_PRECEDENCE:
+        return first
+    hardware = [c for c in ties if c.domain in HARDWARE_PRECEDENCE and c.trusted == first.trusted]
+    return min(hardware, key=lambda c: (HARDWARE_PRECEDENCE[c.domain], c.sort_key))
 
 
 def _tolerance(a: Event, b: Event) -> float:
@@ -210,7 +220,9 @@ def _blamed_peer(events: list[Event]) -> list[str]:
     ip_to_node = correlate.peer_nodes(events, known)
     reporters: dict[str, set[str]] = defaultdict(set)
     for event in events:
-        peer = ip_to_node.get(event.fields.get("peer_ip", ""))
+        named = event.fields.get("peer_ip") or event.fields.get("peer") or ""
+        peer = ip_to_node.get(named) or (match_host(named, known) if named and not named[0].isdigit() else None)
+        peer = peer if peer in known else None
         if event.category == "transport_error" and peer and event.node and event.node != peer:
             reporters[peer].add(event.node)
     blamed = sorted(peer for peer, nodes in reporters.items() if len(nodes) >= 2)

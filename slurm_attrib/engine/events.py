@@ -78,9 +78,21 @@ def extract_events(evidence: Evidence, scanner: Scanner, boot_times: dict[str, f
     events: list[Event] = []
     for index, source in enumerate(evidence.files):
         clock = FileClock(source, year, boot_times.get(source.node) if source.node else None)
-        for hit in scanner.scan(source.data, source.kind):
-            events.append(_event_from_hit(hit, source, index, clock))
+        file_events = [_event_from_hit(hit, source, index, clock) for hit in scanner.scan(source.data, source.kind)]
+        _date_from_later_events(file_events)
+        events.extend(file_events)
     return events
+
+
+def _date_from_later_events(file_events: list[Event]) -> None:
+    """Lines with no time take the time of the next dated event in the same file (a Slurm banner
+    states its moment): they happened no later, and line order is the file's own clock."""
+    later: float | None = None
+    for event in reversed(file_events):
+        if event.time is None and event.mono is None and later is not None:
+            event.time, event.time_inherited = later, True
+        elif event.time is not None:
+            later = event.time
 
 
 class FileClock:
@@ -153,6 +165,11 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock) 
         notes=dict(hit.notes),
     )
     event.time, event.mono, event.time_inherited = clock.time_of(first_line, hit.offset)
+    if event.time_inherited and hit.fields.get("at"):
+        # A Slurm banner states its own moment: `CANCELLED AT 2026-12-02T13:00:00`.
+        stated = parse_line_time(str(hit.fields["at"]), None).wall
+        if stated is not None:
+            event.time, event.time_inherited = stated, False
     event.body = _body(first_line, hit.rule.match.contains)
     origin = line_origin(first_line)
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host

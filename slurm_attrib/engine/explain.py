@@ -62,9 +62,11 @@ USER_ACTIONS = {
 }
 
 
-def _event_words(event: "Event") -> str:
+def _event_words(event: "Event", culprits: list[str] | None = None) -> str:
     xid = event.fields.get("xid")
     where = f" on {event.node}" if event.node else ""
+    if culprits and event.node not in culprits:
+        where = f" at {', '.join(culprits)}" + (f" (reported by {event.node})" if event.node else "")
     if xid is not None:
         gpu = f" GPU {event.fields['pci']}" if event.fields.get("pci") else ""
         meaning = event.notes.get("xid_meaning", "")
@@ -95,7 +97,7 @@ def summary_for(verdict: "Verdict", symptoms: list[SymptomGroup], job: "JobConte
         return f"{job_words} was ended by {CATEGORY_WORDS[primary.category]}{at}."
     followers = sum(group.count for group in symptoms if group.explained_by)
     tail = f"; {followers} later error line(s) follow from it" if followers else ""
-    return f"{job_words} failed, {QUALITY_WORDS.get(verdict.quality, 'caused by')} {_event_words(primary)}{at}{tail}."
+    return f"{job_words} failed, {QUALITY_WORDS.get(verdict.quality, 'caused by')} {_event_words(primary, verdict.culprits)}{at}{tail}."
 
 
 def actions_for(verdict: "Verdict", drains: list[Drain]) -> list[Action]:
