@@ -100,6 +100,8 @@ def load_evidence(path: Path) -> Evidence:
         detail = result.detail
         if result.status == "truncated" and cap < readers.MAX_FILE_BYTES:
             detail = f"{detail} (evidence size limit of {readers.MAX_TOTAL_BYTES} bytes reached)"
+        if _mostly_binary(data):
+            detail = "; ".join(filter(None, [detail, "mostly binary content: only its text lines were read"]))
         coverage.append(CoverageEntry(node, rel, kind, result.status, detail))
 
     files.sort(key=lambda f: f.rel)
@@ -113,6 +115,15 @@ def load_evidence(path: Path) -> Evidence:
 
 # Files that describe a case rather than log it (a case's expected.yaml, a site's notes).
 METADATA_SUFFIXES = (".yaml", ".yml")
+
+
+def _mostly_binary(data: bytes, sample: int = 4096) -> bool:
+    """More than a third of the first characters are invalid UTF-8 or control characters."""
+    text = data[:sample].decode("utf-8", errors="replace")
+    if not text:
+        return False
+    bad = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r"))
+    return bad * 3 > len(text)
 
 
 def _walk(root: Path) -> list[tuple[str, str | None, str, int, str]]:
