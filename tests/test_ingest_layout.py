@@ -398,7 +398,8 @@ def test_binary_files_are_read_but_flagged(tmp_path):
     import random
 
     (tmp_path / "n1").mkdir()
-    (tmp_path / "n1" / "counters.dat").write_bytes(bytes(random.Random(3).randrange(256) for _ in range(4096)))
+    rng = random.Random(3)
+    (tmp_path / "n1" / "counters.dat").write_bytes(bytes(rng.randrange(256) for _ in range(4096)))
     (tmp_path / "n1" / "dmesg.txt").write_bytes(b"[  1.000000] hello\n")
     coverage = {c.source: c for c in load_evidence(tmp_path).coverage}
     assert "mostly binary" in coverage["n1/counters.dat"].detail
