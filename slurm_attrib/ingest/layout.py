@@ -117,12 +117,13 @@ def load_evidence(path: Path) -> Evidence:
 METADATA_SUFFIXES = (".yaml", ".yml")
 
 
+_NOT_TEXT = {c: None for c in [*range(0, 9), 11, 12, *range(14, 32), 0xFFFD]}  # controls, U+FFFD
+
+
 def _mostly_binary(data: bytes, sample: int = 4096) -> bool:
     """More than a third of the first characters are invalid UTF-8 or control characters."""
     text = data[:sample].decode("utf-8", errors="replace")
-    if not text:
-        return False
-    bad = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r"))
+    bad = len(text) - len(text.translate(_NOT_TEXT))
     return bad * 3 > len(text)
 
 
