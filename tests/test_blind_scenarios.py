@@ -1,24 +1,18 @@
 """Multi-node jobs written from the contract alone, by someone who never read this code."""
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
-from support import sattrib_argv
+from support import analyze_case, cases
 
 DATA = Path(__file__).resolve().parent / "data" / "blind_scenarios"
-CASES = sorted(p.name for p in DATA.iterdir() if (p / "truth.yaml").exists())
+CASES = cases(DATA, "truth.yaml")
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_blind_scenario(case):
-    truth = yaml.safe_load((DATA / case / "truth.yaml").read_text())
-    result = subprocess.run([*sattrib_argv(), "analyze", str(DATA / case)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    got = json.loads(result.stdout)
+    truth, got = analyze_case(DATA / case, "truth.yaml")
     categories = truth.get("category_allowed") or [truth["category"]]
     assert got["domain"] == truth["domain"] and got["category"] in categories, got["summary"]
     assert sorted(got["culprit_nodes"]) == sorted(truth["culprit_nodes"] or []), got["summary"]
