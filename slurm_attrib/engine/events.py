@@ -228,11 +228,14 @@ def resolve_nodes(events: list[Event], job: JobContext) -> None:
     # Job output is stored on one node (the batch host) but its lines come from every node:
     # what a line says about its origin wins; the file's node is only the fallback.
     stored_on = {id(e): e.node for e in events if e.kind == "app"}
+    matched: dict[str, str] = {}
     for event in events:
         if event.kind == "app":
             event.node = None
         if event.node is None and event.host:
-            event.node = match_host(event.host, known)
+            if event.host not in matched:
+                matched[event.host] = match_host(event.host, known)
+            event.node = matched[event.host]
     rank_to_node: dict[int, str] = {}
     task_to_node: dict[int, str] = {}
     for event in sorted(events, key=lambda e: e.order):
