@@ -17,6 +17,7 @@ SYSTEMIC_MIN_NODES = 3  # the same fault on at least this many nodes ...
 SYSTEMIC_WINDOW = 300.0  # ... within this many seconds of the first is systemic
 MAX_DRAIN_NODES = 2
 COMPLETION_MARKERS = ("job_progress_done", "program_exit")  # the job said it finished
+WENT_SILENT_MARGIN = 60.0  # a node whose logs stop this much before every other node's died first
 
 
 @dataclass
@@ -41,7 +42,8 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     reconcile.reconcile_with_job_state(events, job)
     reconcile.discard_contradicted_claims(events, evidence)
     reconcile.prefer_corroborating_kernel_events(events)
-    verdict = _judge(events, job, evidence.silent_nodes())
+    reconcile.discount_recovered_storage(events)
+    verdict = _judge(events, job, evidence.silent_nodes(), last_seen)
     drains = _drains(verdict, job)
     symptoms = assemble.symptom_groups(events)
     return Diagnosis(
@@ -66,7 +68,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     )
 
 
-def _judge(events: list[Event], job: JobContext, silent_nodes: list[str]) -> Verdict:
+def _judge(events: list[Event], job: JobContext, silent_nodes: list[str], last_seen: dict[str, float]) -> Verdict:
     candidates = [e for e in events if e.role == "cause"]
     if not candidates:
         return _judge_without_cause(events, job)
@@ -79,7 +81,7 @@ def _judge(events: list[Event], job: JobContext, silent_nodes: list[str]) -> Ver
     verdict.primary, verdict.rivals = primary, rivals
     peer = _blamed_peer(events) if primary.category == "transport_error" and not primary.trusted else []
     verdict.systemic = not peer and _is_systemic(candidates, primary)
-    verdict.culprits = _culprits(verdict, events, silent_nodes)
+    verdict.culprits = _culprits(verdict, events, silent_nodes, last_seen)
     verdict.quality = _quality(verdict, job)
     if primary.time is None and primary.type != "job_state":
         verdict.notes.append("the cause has no wall-clock time (seconds since boot with no anchor, or no time at all): it cannot be placed in the job's window")
@@ -138,13 +140,18 @@ def _tolerance(a: Event, b: Event) -> float:
     return correlate.INHERITED_SKEW if a.time_inherited or b.time_inherited else correlate.SKEW
 
 
+# Domains whose faults on two nodes are independent of each other (a GPU, a link, a host, a
+# kernel OOM kill); the kernel must report both (trusted) for them to be rivals.
+RIVAL_DOMAINS = (*DRAINABLE_DOMAINS, "application")
+
+
 def _independent_rivals(primary: Event, others: list[Event]) -> list[Event]:
-    """Hardware candidates on other nodes that timing cannot order against the primary."""
-    if primary.domain not in DRAINABLE_DOMAINS or primary.node is None or not primary.trusted:
+    """Faults on other nodes, reported by their kernels, that timing cannot order against the primary."""
+    if primary.domain not in RIVAL_DOMAINS or primary.node is None or not primary.trusted:
         return []
     rivals: dict[str, Event] = {}
     for other in others:
-        if other.domain in DRAINABLE_DOMAINS and other.trusted and other.node and other.node != primary.node:
+        if other.domain in RIVAL_DOMAINS and other.trusted and other.node and other.node != primary.node:
             if other.time is None and other.order[0] == primary.order[0]:
                 continue  # same file, ordered by lines
             rivals.setdefault(other.node, other)
@@ -157,12 +164,25 @@ def _link_symptoms(events: list[Event], primary: Event) -> None:
             continue
         if event.role == "cause" and event.strength > primary.strength and event.node != primary.node:
             continue
+        if _independent_fault(primary, event):
+            continue  # another node's own hardware fault: an alternative, not a consequence
         if correlate.explains(primary, event):
             event.explained_by = primary
             if event.role == "cause" and _same_incident(primary, event):
                 event.role = "symptom"
             elif event.role == "cause" and event.strength < 3:
                 event.role = "symptom"
+
+
+def _independent_fault(primary: Event, event: Event) -> bool:
+    return (
+        event.role == "cause"
+        and event.trusted
+        and event.domain in DRAINABLE_DOMAINS
+        and event.strength >= 3
+        and event.node is not None
+        and event.node != primary.node
+    )
 
 
 def _same_incident(a: Event, b: Event) -> bool:
@@ -182,14 +202,14 @@ def _is_systemic(candidates: list[Event], primary: Event) -> bool:
     return len(nodes) >= SYSTEMIC_MIN_NODES
 
 
-def _culprits(verdict: Verdict, events: list[Event], silent_nodes: list[str]) -> list[str]:
+def _culprits(verdict: Verdict, events: list[Event], silent_nodes: list[str], last_seen: dict[str, float]) -> list[str]:
     primary = verdict.primary
-    if verdict.systemic or primary.domain in ("storage", "scheduler") or primary.notes.get("no_culprit"):
+    if verdict.systemic or primary.domain == "scheduler" or primary.notes.get("no_culprit"):
         return []
     if verdict.rivals:
         return sorted({primary.node, *(r.node for r in verdict.rivals)} - {None})
     if primary.category == "node_failure":
-        return _failed_nodes(events, silent_nodes)
+        return _failed_nodes(events, silent_nodes, last_seen)
     if primary.category == "transport_error" and not primary.trusted:
         return _blamed_peer(events)
     if primary.domain in DRAINABLE_DOMAINS and not primary.trusted and primary.kind not in TRUSTED_KINDS:
@@ -205,13 +225,25 @@ def _culprits(verdict: Verdict, events: list[Event], silent_nodes: list[str]) ->
     return []
 
 
-def _failed_nodes(events: list[Event], silent_nodes: list[str]) -> list[str]:
-    """The node Slurm names (`srun: error: Node failure on X`, printed by srun or salloc), else
-    the one node that left no logs.  Naming is not draining: drains need trusted evidence."""
+def _failed_nodes(events: list[Event], silent_nodes: list[str], last_seen: dict[str, float]) -> list[str]:
+    """The node Slurm names (`srun: error: Node failure on X`, printed by srun or salloc), else the
+    one node that left no logs, else the node its peers' failed connections name, else the one
+    node whose logs stopped well before all others'.
+    Naming is not draining: drains need trusted evidence."""
     named = sorted({e.node for e in events if e.category == "node_failure" and e.node})
     if len(named) == 1:
         return named
-    return silent_nodes if len(silent_nodes) == 1 else []
+    if len(silent_nodes) == 1:
+        return silent_nodes
+    peer = _blamed_peer(events)  # the node its peers lost their connections to
+    if peer:
+        return peer
+    if len(last_seen) >= 3:
+        ordered = sorted(last_seen.items(), key=lambda item: (item[1], item[0]))
+        (first, stopped), (_, next_stop) = ordered[0], ordered[1]
+        if next_stop - stopped >= WENT_SILENT_MARGIN:
+            return [first]
+    return []
 
 
 def _blamed_peer(events: list[Event]) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 from slurm_attrib.engine.events import Event
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.vocab import DRAINABLE_DOMAINS
@@ -133,6 +135,42 @@ def prefer_corroborating_kernel_events(events: list[Event]) -> None:
 
 def _near(a: Event, b: Event) -> bool:
     return a.time is None or b.time is None or abs(a.time - b.time) <= CORROBORATION_WINDOW
+
+
+STORAGE_RECOVERY = {"nfs_ok", "lustre_restored"}  # `nfs: server X OK`, `Connection restored to`
+
+
+def discount_recovered_storage(events: list[Event]) -> None:
+    """A filesystem outage the node saw end (`server OK`, `Connection restored`) with nothing
+    failing while it lasted (nor soon after) is context: the job failed later, of something else."""
+    recovered_at: dict[str, float] = {}
+    for event in events:
+        if event.type in STORAGE_RECOVERY and event.node and event.time is not None:
+            recovered_at[event.node] = max(event.time, recovered_at.get(event.node, event.time))
+    failures = sorted(
+        e.time for e in events if e.role in ("cause", "symptom") and e.time is not None and e.domain != "storage"
+    )
+    for event in events:
+        ended = recovered_at.get(event.node or "")
+        if (
+            event.role == "cause"
+            and event.category == "filesystem_error"
+            and event.trusted
+            and ended is not None
+            and event.time is not None
+            and event.time <= ended
+            and not _any_between(failures, event.time, ended + RECOVERY_GRACE)
+        ):
+            event.role = "context"
+            event.notes["recovered"] = "the filesystem came back before anything failed"
+
+
+RECOVERY_GRACE = 300.0  # failures this soon after a recovery may still come from the outage
+
+
+def _any_between(times: list[float], start: float, end: float) -> bool:
+    index = bisect.bisect_left(times, start)
+    return index < len(times) and times[index] <= end
 
 
 def job_state(job: JobContext) -> str | None:
