@@ -201,3 +201,38 @@ def test_torch_1x_failure_wording_alone_is_a_hang(tmp_path):
     line = "[E ProcessGroupNCCL.cpp:488] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n"
     diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": line * 3}))
     assert (diagnosis.domain, diagnosis.category) == ("unknown", "hang_unattributed")
+
+
+def test_a_filesystem_failing_on_two_nodes_is_the_filesystems_fault(tmp_path):
+    files = {
+        f"{node}/syslog": f"Dec  2 13:05:0{i} {node} kernel: LustreError: 167-0: scratch-OST0003-osc: This client was evicted by scratch-OST0003; in progress operations using this service will fail.\n"
+        for i, node in enumerate(NODES[:2])
+    }
+    diagnosis = analyze_path(write_job(tmp_path, files, nodes=NODES[:2]))
+    assert diagnosis.domain == "storage" and diagnosis.systemic and diagnosis.culprit_nodes == []
+
+
+def test_a_filesystem_failing_on_one_node_names_it(tmp_path):
+    files = {"gpu03/syslog": "Dec  2 13:05:00 gpu03 kernel: LustreError: 167-0: scratch-OST0003-osc: This client was evicted by scratch-OST0003; in progress operations using this service will fail.\n"}
+    diagnosis = analyze_path(write_job(tmp_path, files))
+    assert diagnosis.domain == "storage" and diagnosis.culprit_nodes == ["gpu03"] and diagnosis.drain == []
+
+
+def test_a_recovered_nfs_outage_does_not_explain_a_later_exception(tmp_path):
+    files = {
+        f"{node}/syslog": (
+            f"Dec  2 13:02:00 {node} kernel: nfs: server home01 not responding, still trying\n"
+            f"Dec  2 13:02:30 {node} kernel: nfs: server home01 OK\n"
+        )
+        for node in NODES
+    }
+    files["slurm-77.out"] = nccl_init() + "[rank5]:[E1202 13:25:00.000000000 train.py:9] step 9\n5: Traceback (most recent call last):\n5: KeyError: 'labels'\n"
+    diagnosis = analyze_path(write_job(tmp_path, files))
+    assert (diagnosis.domain, diagnosis.category) == ("application", "app_exception")
+
+
+def test_oom_kills_on_two_nodes_within_a_second_are_ambiguous(tmp_path):
+    oom = "2026-12-02T13:05:0{s},100000+00:00 Out of memory: Killed process 4411 (python) total-vm:200000000kB, anon-rss:190000000kB, file-rss:0kB, shmem-rss:0kB, UID:1001 pgtables:300000kB oom_score_adj:0\n"
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu01/dmesg.txt": oom.format(s=0), "gpu02/dmesg.txt": oom.format(s=1)}))
+    assert (diagnosis.category, diagnosis.quality) == ("host_oom", "ambiguous")
+    assert diagnosis.culprit_nodes == ["gpu01", "gpu02"] and diagnosis.drain == []

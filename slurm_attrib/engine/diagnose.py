@@ -199,7 +199,8 @@ def _is_systemic(candidates: list[Event], primary: Event) -> bool:
         and c.node
         and (primary.time is None or (c.time is not None and abs(c.time - primary.time) <= SYSTEMIC_WINDOW))
     }
-    return len(nodes) >= SYSTEMIC_MIN_NODES
+    # A filesystem is shared by design: two clients seeing it fail is the filesystem's fault.
+    return len(nodes) >= (2 if primary.domain == "storage" else SYSTEMIC_MIN_NODES)
 
 
 def _culprits(verdict: Verdict, events: list[Event], silent_nodes: list[str], last_seen: dict[str, float]) -> list[str]:
