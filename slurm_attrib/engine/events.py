@@ -155,7 +155,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock) 
         severity=hit.severity,
         strength=hit.strength,
         source=source.rel,
-        line=_original_line(source, hit.lineno),
+        line=source.original_line(hit.lineno),
         text=hit.text,
         kind=source.kind,
         trusted=source.trusted,
@@ -180,14 +180,6 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock) 
     event.task = origin.task if origin.task is not None else (int(task) if str(task).isdigit() else None)
     event.node = source.node
     return event
-
-
-def _original_line(source: SourceFile, lineno: int) -> int:
-    """Capture bundles keep only some lines; they carry each kept line's number in the real source."""
-    numbers = getattr(source, "line_numbers", None)
-    if numbers and 0 < lineno <= len(numbers):
-        return numbers[lineno - 1]
-    return lineno + (source.line_offset or 0)
 
 
 def _body(line: str, literals: list[str]) -> str:

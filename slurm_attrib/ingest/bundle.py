@@ -42,7 +42,8 @@ _NODE_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 @dataclass
 class BundleSource(SourceFile):
-    """A SourceFile from a node bundle; `line_numbers[i]` is the original line of data line i+1."""
+    """A SourceFile from a node bundle, which keeps only some lines: `line_numbers[i]` is the
+    original line of data line i+1."""
 
     line_numbers: list[int] = field(default_factory=list)
     status: str = "ok"

@@ -34,6 +34,10 @@ class SourceFile:
     line_offset: int | None = 0
     compressed: bool = False  # the file was gzip-compressed on disk
 
+    def original_line(self, lineno: int) -> int:
+        """The real source's number for line `lineno` of `data` (data may hold only the tail)."""
+        return lineno + (self.line_offset or 0)
+
 
 @dataclass(frozen=True)
 class CoverageEntry:
