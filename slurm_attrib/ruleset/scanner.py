@@ -226,10 +226,7 @@ def _hyperscan_db(literals: list[str], caseless: set[str]):
         return None
     database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     expressions = [re.escape(lit).encode() for lit in literals]
-    flags = [
-        hyperscan.HS_FLAG_SINGLEMATCH * 0 | (hyperscan.HS_FLAG_CASELESS if lit in caseless else 0)
-        for lit in literals
-    ]
+    flags = [hyperscan.HS_FLAG_CASELESS if lit in caseless else 0 for lit in literals]
     database.compile(expressions=expressions, ids=list(range(len(literals))), elements=len(literals), flags=flags)
     return database
 

@@ -161,11 +161,6 @@ class Job:
                 line = f"{node.index}: {line}"
             self.out.append((t, self._next(), line))
 
-    def nccl_prefix(self, rank: int) -> str:
-        node = self.node_of(rank)
-        pid = self.pids[rank]
-        return f"{node.host}:{pid}:{pid}"
-
     def nccl_warn(self, rank: int, t: float, where: str, msg: str, tid_off: int = 57) -> None:
         node = self.node_of(rank)
         pid = self.pids[rank]

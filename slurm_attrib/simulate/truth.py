@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from slurm_attrib.simulate.job import Job
 
-QUALITY_ORDER = ("confirmed", "likely", "ambiguous", "insufficient")
 HARD = ("confirmed", "likely")  # trusted hardware/kernel evidence of a single fault
 
 
@@ -40,11 +39,6 @@ class GroundTruth:
     nodes: list[str] = field(default_factory=list)
     fault_time: str | None = None  # ISO 8601 UTC of the injected fault, when there is one
     alternatives: list[Expectation] = field(default_factory=list)
-
-    @property
-    def quality_at_least(self) -> str:
-        """The weakest quality still accepted (order: confirmed, likely, ambiguous, insufficient)."""
-        return max(self.allowed_qualities, key=QUALITY_ORDER.index)
 
     def expectations(self) -> list[Expectation]:
         primary = Expectation(
