@@ -368,11 +368,9 @@ def main() -> None:
         try:
             if epilog is not None and os.environ.get("SATTRIB_EPILOG_VERBOSE"):
                 sys.stderr.write(json.dumps({"written": epilog.written, "errors": epilog.errors}) + "\n")
-            sys.stdout.flush()
-            sys.stderr.flush()
         except BaseException:  # noqa: BLE001
             pass
-        os._exit(0)
+        common.exit_zero()
 
 
 if __name__ == "__main__":

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 
 from slurm_attrib.capture.common import (
+    exit_zero,
     PROLOG_FORMAT,
     PROLOG_VERSION,
     atomic_write,
@@ -92,12 +92,7 @@ def main() -> None:
     except BaseException as exc:  # noqa: BLE001 - a failing Prolog drains the node
         log_syslog(IDENT, f"job {os.environ.get('SLURM_JOB_ID')}: {type(exc).__name__}: {exc}")
     finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except BaseException:  # noqa: BLE001
-            pass
-        os._exit(0)
+        exit_zero()
 
 
 if __name__ == "__main__":
