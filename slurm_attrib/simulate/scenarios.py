@@ -410,28 +410,24 @@ def _scheduler_end(job: Job, t: float, banner: str) -> None:
     job.end = t + 35
 
 
+def _ended_by_scheduler(job: Job, t: float, banner: str, state: str, category: str, description: str) -> GroundTruth:
+    job.progress(t)
+    _scheduler_end(job, t, banner)
+    job.state, job.exit_code = state, "0:15"
+    return job.truth("scheduler", category, [], HARD, [], description, t)
+
+
 def s_time_limit(job: Job) -> GroundTruth:
-    tl = job.start + 3600 + job.rng.uniform(0, 1)
-    job.progress(tl)
-    _scheduler_end(job, tl, " DUE TO TIME LIMIT")
-    job.state, job.exit_code = "TIMEOUT", "0:15"
-    return job.truth("scheduler", "time_limit", [], HARD, [], "Slurm time limit reached; torchrun agents get SIGTERM", tl)
+    t = job.start + 3600 + job.rng.uniform(0, 1)
+    return _ended_by_scheduler(job, t, " DUE TO TIME LIMIT", "TIMEOUT", "time_limit", "Slurm time limit reached; torchrun agents get SIGTERM")
 
 
 def s_cancelled(job: Job) -> GroundTruth:
-    tc = _fault_time(job)
-    job.progress(tc)
-    _scheduler_end(job, tc, "")
-    job.state, job.exit_code = "CANCELLED", "0:15"
-    return job.truth("scheduler", "cancelled", [], HARD, [], "Job cancelled with scancel; workers get SIGTERM", tc)
+    return _ended_by_scheduler(job, _fault_time(job), "", "CANCELLED", "cancelled", "Job cancelled with scancel; workers get SIGTERM")
 
 
 def s_preempted(job: Job) -> GroundTruth:
-    tc = _fault_time(job)
-    job.progress(tc)
-    _scheduler_end(job, tc, " DUE TO PREEMPTION")
-    job.state, job.exit_code = "PREEMPTED", "0:15"
-    return job.truth("scheduler", "preempted", [], HARD, [], "Job preempted by a higher-priority job", tc)
+    return _ended_by_scheduler(job, _fault_time(job), " DUE TO PREEMPTION", "PREEMPTED", "preempted", "Job preempted by a higher-priority job")
 
 
 def s_success(job: Job) -> GroundTruth:
