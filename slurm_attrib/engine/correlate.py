@@ -74,7 +74,7 @@ def explains(cause: Event, effect: Event) -> bool:
     return cause.time - SKEW <= effect.time <= cause.time + EXPLAIN_HORIZON
 
 
-def silent_nodes(events: list[Event], job: JobContext) -> tuple[list[str], list[str]]:
+def hang_reporters(events: list[Event], job: JobContext) -> tuple[list[str], list[str]]:
     """Nodes whose ranks reported collective timeouts, and nodes of the job that did not."""
     timeouts = [e for e in events if e.type in HANG_TYPES and e.role != "context"]
     reporting = sorted({e.node for e in timeouts if e.node})

@@ -43,7 +43,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     reconcile.discard_contradicted_claims(events, evidence)
     reconcile.prefer_corroborating_kernel_events(events)
     reconcile.discount_recovered_storage(events)
-    verdict = _judge(events, job, evidence.silent_nodes(), last_seen)
+    verdict = _judge(events, job, evidence.nodes_without_logs(), last_seen)
     drains = _drains(verdict, job)
     symptoms = assemble.symptom_groups(events)
     return Diagnosis(
@@ -68,7 +68,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     )
 
 
-def _judge(events: list[Event], job: JobContext, silent_nodes: list[str], last_seen: dict[str, float]) -> Verdict:
+def _judge(events: list[Event], job: JobContext, nodes_without_logs: list[str], last_seen: dict[str, float]) -> Verdict:
     candidates = [e for e in events if e.role == "cause"]
     if not candidates:
         return _judge_without_cause(events, job)
@@ -81,7 +81,7 @@ def _judge(events: list[Event], job: JobContext, silent_nodes: list[str], last_s
     verdict.primary, verdict.rivals = primary, rivals
     peer = _blamed_peer(events) if primary.category == "transport_error" and not primary.trusted else []
     verdict.systemic = not peer and _is_systemic(candidates, primary)
-    verdict.culprits = _culprits(verdict, events, silent_nodes, last_seen)
+    verdict.culprits = _culprits(verdict, events, nodes_without_logs, last_seen)
     verdict.quality = _quality(verdict, job)
     if primary.time is None and primary.type != "job_state":
         verdict.notes.append("the cause has no wall-clock time (seconds since boot with no anchor, or no time at all): it cannot be placed in the job's window")
@@ -203,14 +203,14 @@ def _is_systemic(candidates: list[Event], primary: Event) -> bool:
     return len(nodes) >= (2 if primary.domain == "storage" else SYSTEMIC_MIN_NODES)
 
 
-def _culprits(verdict: Verdict, events: list[Event], silent_nodes: list[str], last_seen: dict[str, float]) -> list[str]:
+def _culprits(verdict: Verdict, events: list[Event], nodes_without_logs: list[str], last_seen: dict[str, float]) -> list[str]:
     primary = verdict.primary
     if verdict.systemic or primary.domain == "scheduler" or primary.notes.get("no_culprit"):
         return []
     if verdict.rivals:
         return sorted({primary.node, *(r.node for r in verdict.rivals)} - {None})
     if primary.category == "node_failure":
-        return _failed_nodes(events, silent_nodes, last_seen)
+        return _failed_nodes(events, nodes_without_logs, last_seen)
     if primary.category == "transport_error" and not primary.trusted:
         return _blamed_peer(events)
     if primary.domain in DRAINABLE_DOMAINS and not primary.trusted and primary.kind not in TRUSTED_KINDS:
@@ -226,7 +226,7 @@ def _culprits(verdict: Verdict, events: list[Event], silent_nodes: list[str], la
     return []
 
 
-def _failed_nodes(events: list[Event], silent_nodes: list[str], last_seen: dict[str, float]) -> list[str]:
+def _failed_nodes(events: list[Event], nodes_without_logs: list[str], last_seen: dict[str, float]) -> list[str]:
     """The node Slurm names (`srun: error: Node failure on X`, printed by srun or salloc), else the
     one node that left no logs, else the node its peers' failed connections name, else the one
     node whose logs stopped well before all others'.
@@ -234,8 +234,8 @@ def _failed_nodes(events: list[Event], silent_nodes: list[str], last_seen: dict[
     named = sorted({e.node for e in events if e.category == "node_failure" and e.node})
     if len(named) == 1:
         return named
-    if len(silent_nodes) == 1:
-        return silent_nodes
+    if len(nodes_without_logs) == 1:
+        return nodes_without_logs
     peer = _blamed_peer(events)  # the node its peers lost their connections to
     if peer:
         return peer
@@ -281,7 +281,7 @@ def _quality(verdict: Verdict, job: JobContext) -> str:
 def _judge_without_cause(events: list[Event], job: JobContext) -> Verdict:
     timeouts = [e for e in events if e.type in correlate.HANG_TYPES and e.role == "symptom"]
     if timeouts:
-        reporting, silent = correlate.silent_nodes(events, job)
+        reporting, silent = correlate.hang_reporters(events, job)
         suspects = silent if len(silent) == 1 and reporting else correlate.lagging_nodes(events)
         verdict = Verdict(domain="unknown", category="hang_unattributed", quality="insufficient")
         if len(suspects) == 1:

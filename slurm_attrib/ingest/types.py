@@ -58,6 +58,6 @@ class Evidence:
     files: list[SourceFile] = field(default_factory=list)
     coverage: list[CoverageEntry] = field(default_factory=list)
 
-    def silent_nodes(self) -> list[str]:
+    def nodes_without_logs(self) -> list[str]:
         """Nodes of the job that left no logs at all (a crashed node never runs its epilog)."""
         return sorted({c.node for c in self.coverage if c.whole_node and c.node})
