@@ -121,9 +121,10 @@ def rules_list(rule_dirs: tuple[Path, ...]) -> None:
 @rules.command("test")
 @_rule_dirs_option
 def rules_test(rule_dirs: tuple[Path, ...]) -> None:
-    """Check every rule against its own examples; exit 1 on any failure."""
+    """Check every rule against its own examples and the wordings catalogue; exit 1 on any failure."""
     from slurm_attrib.ruleset.loader import load_rules
     from slurm_attrib.ruleset.selftest import check_rules
+    from slurm_attrib.ruleset.wordings import check_catalogue
 
     loaded = load_rules(list(rule_dirs))
     failures = check_rules(loaded)
@@ -131,7 +132,11 @@ def rules_test(rule_dirs: tuple[Path, ...]) -> None:
         click.echo(str(failure))
     examples = sum(len(r.examples.match) + len(r.examples.no_match) for r in loaded)
     click.echo(f"{len(loaded)} rules, {examples} examples: {len(failures)} failed")
-    if failures:
+    wordings, uncovered = check_catalogue(loaded)
+    for problem in uncovered:
+        click.echo(f"UNCOVERED {problem}")
+    click.echo(f"{wordings} catalogued wordings: {len(uncovered)} not covered as stated")
+    if failures or uncovered:
         sys.exit(1)
 
 
