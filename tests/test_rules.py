@@ -10,7 +10,17 @@ import yaml
 
 from slurm_attrib.errors import RuleError
 from slurm_attrib.paths import bundled_dir
-from slurm_attrib.ruleset.hooks import HOOKS, IBV_WC_STATUS, xid_catalog
+from slurm_attrib.ruleset.hooks import (
+    CUDA_FAMILIES,
+    FAULT_SIGNALS,
+    HOOKS,
+    IBV_WC_STATUS,
+    TEARDOWN_SIGNALS,
+    code_tables,
+    decode_code,
+    decode_signal,
+    xid_catalog,
+)
 from slurm_attrib.ruleset.loader import load_rules
 from slurm_attrib.ruleset.scanner import Scanner
 from slurm_attrib.ruleset.selftest import check_rule
@@ -149,7 +159,10 @@ def test_ib_status_hook():
     assert retry.notes["ib_status_name"] == "IBV_WC_RETRY_EXC_ERR" and retry.role == "cause"
     flush = _one(line.format(5), "nccl.ib_completion_error", "app")
     assert flush.notes["ib_status_name"] == "IBV_WC_WR_FLUSH_ERR" and flush.role == "symptom"
-    assert len(IBV_WC_STATUS) == 22
+    assert len(IBV_WC_STATUS) == 24 and IBV_WC_STATUS[12] == "IBV_WC_RETRY_EXC_ERR"
+    # NCCL 2.28+ prints the name with the number; the hook reads either.
+    named = _one("gpu-c:1:2 [0] transport/net_ib/p2p.cc:500 NCCL WARN NET/IB: Got completion from peer 10.0.0.8<41000> with status=IBV_WC_LOC_PROT_ERR(4) opcode=IBV_WC_RECV(128) reqSize=0 vendor_err=81 req_type=Recv hca mlx5_0", "nccl.ib_completion_error", "app")
+    assert (named.notes["ib_status_name"], named.domain, named.category) == ("IBV_WC_LOC_PROT_ERR", "network", "fabric_other")
 
 
 def test_nccl_busid_hook():
@@ -295,3 +308,135 @@ def test_exit_signal_hook_tells_faults_from_teardown():
     assert abort.role == "symptom" and abort.notes["signal"] == "SIGABRT"
     killed = _one("['python', 'train.py'] exits with return code = -9", "deepspeed.launcher_exit", kind="app")
     assert (killed.role, killed.strength) == ("cause", 1)
+
+
+# --- code tables (rules/_codes.yaml) ----------------------------------------------------------
+
+def _decision(family, value):
+    entry = decode_code(family, value)
+    assert entry is not None, (family, value)
+    return entry["name"], entry["domain"], entry["category"], entry["role"], entry["strength"]
+
+
+def test_code_tables_are_complete_and_valid():
+    tables = code_tables()
+    assert {"ibv_wc_status", "cuda_runtime", "cuda_driver", "cublas", "cudnn", "nccl_result", "signal"} <= set(tables)
+    for family, table in tables.items():
+        assert table["source"].startswith("https://") and table["versions"], family
+        for number, entry in table["by_number"].items():
+            assert entry["name"] and entry["why"], (family, number)
+            assert entry["role"] in ("cause", "symptom", "context"), (family, number)
+            if entry["domain"] != "none":
+                assert entry["domain"] in CATEGORIES_BY_DOMAIN, (family, number)
+            if entry["category"] is not None:
+                assert entry["category"] in CATEGORIES_BY_DOMAIN[entry["domain"]], (family, number)
+            if entry["role"] == "cause":
+                assert entry["category"] is not None, (family, number)
+    assert len(tables["cuda_runtime"]["by_number"]) >= 130 and len(tables["cuda_driver"]["by_number"]) >= 100
+
+
+@pytest.mark.parametrize(
+    "family,value,expected",
+    [
+        # ibv_wc_status by number, name and ibv_wc_status_str message
+        ("ibv_wc_status", 12, ("IBV_WC_RETRY_EXC_ERR", "network", "transport_error", "cause", 2)),
+        ("ibv_wc_status", "IBV_WC_RETRY_EXC_ERR", ("IBV_WC_RETRY_EXC_ERR", "network", "transport_error", "cause", 2)),
+        ("ibv_wc_status", "transport retry counter exceeded", ("IBV_WC_RETRY_EXC_ERR", "network", "transport_error", "cause", 2)),
+        ("ibv_wc_status", "13", ("IBV_WC_RNR_RETRY_EXC_ERR", "network", "transport_error", "cause", 2)),
+        ("ibv_wc_status", 5, ("IBV_WC_WR_FLUSH_ERR", "network", "transport_error", "symptom", 1)),
+        ("ibv_wc_status", "local protection error", ("IBV_WC_LOC_PROT_ERR", "network", "fabric_other", "cause", 2)),
+        ("ibv_wc_status", 10, ("IBV_WC_REM_ACCESS_ERR", "network", "fabric_other", "cause", 1)),
+        # CUDA runtime / driver: hardware codes point at the GPU, kernel faults at the application
+        (CUDA_FAMILIES, 214, ("cudaErrorECCUncorrectable", "gpu", "gpu_uncorrectable_ecc", "cause", 2)),
+        (CUDA_FAMILIES, "CUDA_ERROR_ECC_UNCORRECTABLE", ("CUDA_ERROR_ECC_UNCORRECTABLE", "gpu", "gpu_uncorrectable_ecc", "cause", 2)),
+        (CUDA_FAMILIES, "uncorrectable ECC error encountered", ("cudaErrorECCUncorrectable", "gpu", "gpu_uncorrectable_ecc", "cause", 2)),
+        (CUDA_FAMILIES, "unknown error", ("cudaErrorUnknown", "gpu", "gpu_hardware_other", "cause", 1)),
+        (CUDA_FAMILIES, 802, ("cudaErrorSystemNotReady", "gpu", "gpu_hardware_other", "cause", 2)),
+        (CUDA_FAMILIES, "all CUDA-capable devices are busy or unavailable", ("cudaErrorDevicesUnavailable", "gpu", "gpu_hardware_other", "cause", 1)),
+        (CUDA_FAMILIES, "cudaErrorNvlinkUncorrectable", ("cudaErrorNvlinkUncorrectable", "gpu", "gpu_nvlink", "cause", 2)),
+        (CUDA_FAMILIES, "cudaErrorMemoryAllocation", ("cudaErrorMemoryAllocation", "application", "gpu_oom", "cause", 3)),
+        (CUDA_FAMILIES, "an illegal instruction was encountered", ("cudaErrorIllegalInstruction", "application", "cuda_error", "cause", 2)),
+        (CUDA_FAMILIES, "hardware stack error", ("cudaErrorHardwareStackError", "application", "cuda_error", "cause", 2)),
+        (CUDA_FAMILIES, 719, ("cudaErrorLaunchFailure", "application", "cuda_error", "cause", 1)),
+        (CUDA_FAMILIES, "unspecified launch failure in prior launch", ("cudaErrorPriorLaunchFailure", "application", "cuda_error", "symptom", 1)),
+        (CUDA_FAMILIES, "CUDA driver version is insufficient for CUDA runtime version", ("cudaErrorInsufficientDriver", "application", "cuda_error", "cause", 2)),
+        (CUDA_FAMILIES, "CUDA_ERROR_LAUNCH_FAILED", ("CUDA_ERROR_LAUNCH_FAILED", "application", "cuda_error", "cause", 1)),
+        # cuBLAS / cuDNN
+        (("cublas", "cudnn"), "CUBLAS_STATUS_ALLOC_FAILED", ("CUBLAS_STATUS_ALLOC_FAILED", "application", "gpu_oom", "cause", 2)),
+        (("cublas", "cudnn"), 13, ("CUBLAS_STATUS_EXECUTION_FAILED", "application", "cuda_error", "cause", 2)),
+        (("cublas", "cudnn"), "CUDNN_STATUS_ALLOC_FAILED", ("CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED", "application", "gpu_oom", "cause", 2)),
+        ("cudnn", 4000, ("CUDNN_STATUS_INTERNAL_ERROR", "application", "cuda_error", "cause", 1)),
+        # NCCL results: number, name, ncclGetErrorString old and new, PyTorch's detail string
+        ("nccl_result", 2, ("ncclSystemError", "network", "fabric_other", "symptom", 1)),
+        ("nccl_result", "ncclUnhandledCudaError", ("ncclUnhandledCudaError", "application", "cuda_error", "symptom", 1)),
+        ("nccl_result", "unhandled cuda error", ("ncclUnhandledCudaError", "application", "cuda_error", "symptom", 1)),
+        ("nccl_result", "invalid usage (run with NCCL_DEBUG=WARN for details)", ("ncclInvalidUsage", "application", "nccl_usage", "cause", 2)),
+        ("nccl_result", "remote process exited or there was a network error", ("ncclRemoteError", "network", "transport_error", "symptom", 1)),
+        # signals
+        ("signal", 11, ("SIGSEGV", "application", "app_killed_signal", "cause", 2)),
+        ("signal", "SIGTERM", ("SIGTERM", "application", None, "symptom", 1)),
+        ("signal", "Bus error", ("SIGBUS", "application", "app_killed_signal", "cause", 2)),
+        ("signal", 9, ("SIGKILL", "application", "app_killed_signal", "cause", 1)),
+    ],
+)
+def test_code_decisions(family, value, expected):
+    assert _decision(family, value) == expected
+
+
+@pytest.mark.parametrize("value", [None, "", "   ", 3.5, True, "no such code", -1, 123456, ["x"], {"a": 1}])
+def test_decode_code_is_safe_on_any_input(value):
+    for family in (CUDA_FAMILIES, "nccl_result", "ibv_wc_status", ("cublas", "cudnn"), "signal"):
+        assert decode_code(family, value) is None
+
+
+def test_signal_tables_and_exit_codes():
+    assert FAULT_SIGNALS == {4: "SIGILL", 7: "SIGBUS", 8: "SIGFPE", 11: "SIGSEGV"}
+    assert {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 15: "SIGTERM", 10: "SIGUSR1", 12: "SIGUSR2", 24: "SIGXCPU"}.items() <= TEARDOWN_SIGNALS.items()
+    assert decode_signal(exitcode=-11) == (11, "negative exit code")
+    assert decode_signal(exitcode=137) == (9, "shell status 128+N")
+    assert decode_signal(exitcode=1) is None and decode_signal(exitcode=255) is None
+    assert decode_signal("SIGBUS") == (7, "signal")
+
+
+def test_cuda_code_hook_through_rules():
+    unknown = _one("RuntimeError: CUDA error: unknown error", "cuda.error_generic", "app")
+    assert (unknown.domain, unknown.category, unknown.role, unknown.strength) == ("gpu", "gpu_hardware_other", "cause", 1)
+    assert unknown.notes["cuda_error_name"] == "cudaErrorUnknown"
+    launch = _one("[rank0]: RuntimeError: CUDA error: unspecified launch failure", "cuda.error_generic", "app")
+    assert (launch.domain, launch.category, launch.strength) == ("application", "cuda_error", 1)
+    teardown = _one("RuntimeError: CUDA error: driver shutting down", "cuda.error_generic", "app")
+    assert teardown.role == "symptom"
+    ecc = _one("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error encountered", "cuda.error_name", "app")
+    assert (ecc.domain, ecc.category) == ("gpu", "gpu_uncorrectable_ecc")
+    fm = _one("UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized", "cuda.device_count_error", "app")
+    assert (fm.domain, fm.category, fm.notes["cuda_error_number"]) == ("gpu", "gpu_hardware_other", 802)
+
+
+def test_lib_status_hook_through_rules():
+    alloc = _one("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "cuda.cublas_failure", "app")
+    assert (alloc.domain, alloc.category) == ("application", "gpu_oom")
+    internal = _one("RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR", "cuda.cudnn_failure", "app")
+    assert (internal.category, internal.strength) == ("cuda_error", 1)
+
+
+def test_cuda_hooks_leave_unknown_values_alone():
+    from slurm_attrib.ruleset.hooks import refine_cuda_code, refine_lib_status, refine_nccl_result
+
+    hit = _one("[rank0]: RuntimeError: CUDA error: unspecified launch failure", "cuda.error_generic", "app")
+    for value in (None, "", "something no table knows", 3.5):
+        hit.fields = {"cuda_error": value, "msg": value}
+        before = (hit.domain, hit.category, hit.role, hit.strength)
+        for hook in (refine_cuda_code, refine_lib_status, refine_nccl_result):
+            assert (hook(hit).domain, hit.category, hit.role, hit.strength) == before
+
+
+def test_sxid_without_severity_word():
+    halted = _one("nvidia-nvswitch2: SXid (PCI:0000:87:00.0): 26006, SOE HALTED", "gpu.sxid")
+    assert (halted.role, halted.category) == ("cause", "gpu_nvlink")
+    warm = _one("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 10001, NVSWITCH Temperature 96C | TSENSE WARN Threshold 95C", "gpu.sxid")
+    assert warm.role == "context"
+
+
+def test_xid_mig_compute_instance_keeps_pci():
+    hit = _one("NVRM: Xid (PCI:0000:4e:00 GPU-I:02 GPU-CI:01): 48, pid=1, name=python, An uncorrectable double bit error", "gpu.xid")
+    assert hit.fields["pci"] == "0000:4e:00" and hit.category == "gpu_uncorrectable_ecc"

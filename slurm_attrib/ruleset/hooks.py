@@ -88,49 +88,177 @@ def _xid_details(hit: "Hit", xid: int | None) -> None:
         hit.notes["caused_by_xid"] = prev
 
 
-# ibv_wc_status numbering from NCCL's bundled verbs header (domain-facts §2.3, [S10]).
-IBV_WC_STATUS = {
-    0: "IBV_WC_SUCCESS",
-    1: "IBV_WC_LOC_LEN_ERR",
-    2: "IBV_WC_LOC_QP_OP_ERR",
-    3: "IBV_WC_LOC_EEC_OP_ERR",
-    4: "IBV_WC_LOC_PROT_ERR",
-    5: "IBV_WC_WR_FLUSH_ERR",
-    6: "IBV_WC_MW_BIND_ERR",
-    7: "IBV_WC_BAD_RESP_ERR",
-    8: "IBV_WC_LOC_ACCESS_ERR",
-    9: "IBV_WC_REM_INV_REQ_ERR",
-    10: "IBV_WC_REM_ACCESS_ERR",
-    11: "IBV_WC_REM_OP_ERR",
-    12: "IBV_WC_RETRY_EXC_ERR",
-    13: "IBV_WC_RNR_RETRY_EXC_ERR",
-    14: "IBV_WC_LOC_RDD_VIOL_ERR",
-    15: "IBV_WC_REM_INV_RD_REQ_ERR",
-    16: "IBV_WC_REM_ABORT_ERR",
-    17: "IBV_WC_INV_EECN_ERR",
-    18: "IBV_WC_INV_EEC_STATE_ERR",
-    19: "IBV_WC_FATAL_ERR",
-    20: "IBV_WC_RESP_TIMEOUT_ERR",
-    21: "IBV_WC_GENERAL_ERR",
+# --- code tables (rules/_codes.yaml) -----------------------------------------------------------
+
+# Every family's codes are keyed by number and by every printed spelling (name, name without its
+# prefix, message, aliases), normalised: lower case, single spaces, no trailing period or quotes.
+_NAME_IN_TEXT = re.compile(
+    r"\b(?:cudaError\w+|CUDA_ERROR_\w+|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|IBV_WC_\w+|nccl[A-Z]\w+|SIG[A-Z0-9]+)\b"
+)
+_NUMBER = re.compile(r"^[-+]?\d+$")
+
+
+def _norm(text: str) -> str:
+    return " ".join(str(text).strip().strip("'\"`").rstrip(".").split()).lower()
+
+
+@cache
+def code_tables() -> dict[str, dict[str, Any]]:
+    """The code families of rules/_codes.yaml, each with `by_number` and `by_key` indexes."""
+    path = bundled_dir("rules") / "_codes.yaml"
+    families = yaml.safe_load(path.read_text(encoding="utf-8"))["families"]
+    tables: dict[str, dict[str, Any]] = {}
+    for family, data in families.items():
+        by_number: dict[int, dict[str, Any]] = {}
+        by_key: dict[str, dict[str, Any]] = {}
+        prefix = data.get("prefix", "")
+        for number, entry in data["codes"].items():
+            entry = {**entry, "number": int(number), "family": family}
+            by_number[int(number)] = entry
+            name = entry["name"]
+            keys = [name, *(entry.get("aliases") or [])]
+            if prefix and name.startswith(prefix) and len(name) > len(prefix):
+                keys.append(name[len(prefix):])
+            if entry.get("message"):
+                keys.append(entry["message"])
+            for key in keys:
+                by_key.setdefault(_norm(key), entry)
+        tables[family] = {**data, "by_number": by_number, "by_key": by_key}
+    return tables
+
+
+def decode_code(families: tuple[str, ...] | str, value: Any) -> dict[str, Any] | None:
+    """The table entry a captured value names: a number, a name, a message, or text holding a name.
+
+    Safe on any input: returns None for what no table knows (None, '', floats, unknown text)."""
+    if isinstance(families, str):
+        families = (families,)
+    tables = code_tables()
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int) or (isinstance(value, str) and _NUMBER.match(value.strip())):
+        number = int(value)
+        for family in families:
+            entry = tables[family]["by_number"].get(number)
+            if entry is not None:
+                return entry
+        return None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    key = _norm(value)
+    for family in families:
+        entry = tables[family]["by_key"].get(key)
+        if entry is not None:
+            return entry
+    # A name inside longer text ("status=IBV_WC_RETRY_EXC_ERR(12)", "CUDA_ERROR_ECC_UNCORRECTABLE: ...").
+    for found in _NAME_IN_TEXT.finditer(value):
+        for family in families:
+            entry = tables[family]["by_key"].get(found.group().lower())
+            if entry is not None:
+                return entry
+    # A message inside longer text ("CUDA error: unknown error" / "... (run with NCCL_DEBUG=INFO ...)").
+    # The longest known message wins ("unspecified launch failure in prior launch" over
+    # "unspecified launch failure"); short keys (< 12 characters) never match inside text.
+    for family in families:
+        found = [k for k in tables[family]["by_key"] if len(k) >= 12 and k in key]
+        if found:
+            return tables[family]["by_key"][max(found, key=len)]
+    return None
+
+
+def _apply_code(hit: "Hit", entry: dict[str, Any], note: str) -> "Hit":
+    """Domain, category, role and strength of the table entry; notes name the code."""
+    hit.notes[f"{note}_name"] = entry["name"]
+    hit.notes[f"{note}_number"] = entry["number"]
+    if entry.get("message"):
+        hit.notes[f"{note}_message"] = entry["message"]
+    hit.notes[f"{note}_points_at"] = entry["points_at"]
+    role = entry["role"]
+    if entry["domain"] == "none" or role == "context":
+        hit.role, hit.strength, hit.category = "context", 1, None
+        hit.severity = "info" if entry["domain"] == "none" else "warning"
+        return hit
+    hit.domain, hit.role, hit.strength = entry["domain"], role, entry["strength"]
+    hit.category = entry.get("category")
+    if role == "cause" and hit.category is None:  # a cause needs a category: keep the rule's
+        hit.category = hit.rule.event.category
+    if role == "symptom":
+        hit.severity = "warning" if hit.severity in ("critical",) else hit.severity
+    if entry["domain"] == "gpu" and role == "cause" and entry["strength"] >= 2:
+        hit.severity = "critical"
+    return hit
+
+
+# ibv_wc_status number -> name, read from rules/_codes.yaml (kept for importers).
+IBV_WC_STATUS: dict[int, str] = {
+    number: entry["name"] for number, entry in code_tables()["ibv_wc_status"]["by_number"].items()
 }
 
 
 def refine_ib_status(hit: "Hit") -> "Hit":
-    """Name the ibv_wc_status of an NCCL IB completion error; a flush (5) is secondary."""
+    """Name and decode the ibv_wc_status of an IB completion error from the code table.
+
+    12/13 (retry counters exceeded) = the peer stopped answering (transport_error); 4/8/10 are
+    memory-registration / GPUDirect configuration (fabric_other); 5 (WR_FLUSH_ERR) is secondary."""
     status = hit.fields.get("status")
-    hit.notes["ib_status_name"] = IBV_WC_STATUS.get(status, f"unknown ibv_wc_status {status}")
-    if status == 5:
-        # WR_FLUSH_ERR: work requests flushed because the QP already went to error state —
-        # follows another failure ([S10][S21a]).
-        hit.role, hit.strength, hit.severity = "symptom", 1, "warning"
-    elif status == 12:
+    entry = decode_code("ibv_wc_status", status)
+    if entry is None:
+        entry = decode_code("ibv_wc_status", hit.fields.get("status_name"))
+    if entry is None:
+        hit.notes["ib_status_name"] = f"unknown ibv_wc_status {status}"
+        return hit
+    _apply_code(hit, entry, "ib_status")
+    if entry["number"] == 5:
+        hit.severity = "warning"
+    elif entry["number"] == 12:
         hit.notes["hint"] = "transport retry counter exceeded: the peer NIC/link stopped answering"
+    return hit
+
+
+def _first_field(hit: "Hit", names: tuple[str, ...]) -> list[Any]:
+    return [hit.fields.get(name) for name in names if hit.fields.get(name) not in (None, "")]
+
+
+CUDA_FAMILIES = ("cuda_runtime", "cuda_driver")
+
+
+def refine_cuda_code(hit: "Hit") -> "Hit":
+    """A captured CUDA error (name, number or cudaGetErrorString message) decides the domain.
+
+    Reads `cuda_error`, then `cuda_code`, `msg`, `code`; unknown values leave the rule as it is."""
+    for value in _first_field(hit, ("cuda_error", "cuda_code", "msg", "code")):
+        entry = decode_code(CUDA_FAMILIES, value)
+        if entry is not None:
+            return _apply_code(hit, entry, "cuda_error")
+    return hit
+
+
+def refine_nccl_result(hit: "Hit") -> "Hit":
+    """ncclResult_t by number, name (ncclSystemError) or ncclGetErrorString text."""
+    for value in _first_field(hit, ("nccl_result", "result", "msg")):
+        entry = decode_code("nccl_result", value)
+        if entry is not None:
+            return _apply_code(hit, entry, "nccl_result")
+    return hit
+
+
+def refine_lib_status(hit: "Hit") -> "Hit":
+    """cuBLAS / cuDNN status names (CUBLAS_STATUS_ALLOC_FAILED -> gpu_oom ...)."""
+    for value in _first_field(hit, ("lib_status", "status", "msg")):
+        entry = decode_code(("cublas", "cudnn"), value)
+        if entry is not None:
+            return _apply_code(hit, entry, "lib_status")
     return hit
 
 
 def refine_sxid(hit: "Hit") -> "Hit":
     """NVSwitch SXid: the line itself says Fatal or Non-fatal ([S6][S5t])."""
     fatality = (hit.fields.get("fatal") or "").lower()
+    message = hit.fields.get("msg") or ""
+    if not fatality and message:
+        # No severity word: the switch firmware (SOE) halting or an OVERT thermal shutdown stops the
+        # switch; temperature / slowdown reports do not.
+        fatality = "fatal" if re.search(r"SOE|Shutting Down", message) else ""
     hit.notes["sxid_fatal"] = fatality == "fatal"
     if fatality != "fatal":
         hit.role, hit.strength, hit.severity, hit.category = "context", 1, "warning", None
@@ -164,24 +292,48 @@ def refine_mce_status(hit: "Hit") -> "Hit":
 
 # Signals that kill a process by its own fault (a cause) versus signals sent to it by others
 # (teardown: torchrun's SIGTERM, the watchdog's SIGABRT).  SIGKILL is often the OOM killer or a
-# teardown too, so it is only a weak cause.  Numbers: signal(7) on Linux x86_64/arm64.
-FAULT_SIGNALS = {4: "SIGILL", 7: "SIGBUS", 8: "SIGFPE", 11: "SIGSEGV"}
-TEARDOWN_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 15: "SIGTERM"}
+# teardown too, so it is only a weak cause.  Table: rules/_codes.yaml family `signal`.
+def _signal_names(roles: tuple[str, ...], strength: int | None = None) -> dict[int, str]:
+    return {
+        number: entry["name"]
+        for number, entry in code_tables()["signal"]["by_number"].items()
+        if entry["role"] in roles and (strength is None or entry["strength"] == strength)
+    }
+
+
+FAULT_SIGNALS = _signal_names(("cause",), 2)
+TEARDOWN_SIGNALS = _signal_names(("symptom",))
+
+
+def decode_signal(signal: Any = None, exitcode: Any = None) -> tuple[int, str] | None:
+    """(signal number, how it was read) from a signal field (number or name) or an exit code:
+    -N (Python subprocess, torchrun) or a shell status 128+N."""
+    if isinstance(signal, str) and signal.strip():
+        entry = decode_code("signal", signal)
+        if entry is not None:
+            return entry["number"], "signal"
+    if isinstance(signal, int) and not isinstance(signal, bool):
+        return signal, "signal"
+    if isinstance(exitcode, int) and not isinstance(exitcode, bool):
+        if exitcode < 0:
+            return -exitcode, "negative exit code"
+        if 128 < exitcode <= 128 + 64:
+            return exitcode - 128, "shell status 128+N"
+    return None
 
 
 def refine_exit_signal(hit: "Hit") -> "Hit":
     """A process that died by a signal: its own fault (SIGSEGV...) or teardown (SIGTERM, SIGABRT)."""
-    signal = hit.fields.get("signal")
-    exitcode = hit.fields.get("exitcode")
-    if not isinstance(signal, int):
-        signal = -exitcode if isinstance(exitcode, int) and exitcode < 0 else None
-    if signal is None:
+    decoded = decode_signal(hit.fields.get("signal"), hit.fields.get("exitcode"))
+    if decoded is None:
         return hit
-    hit.notes["signal"] = FAULT_SIGNALS.get(signal) or TEARDOWN_SIGNALS.get(signal) or f"signal {signal}"
-    if signal in FAULT_SIGNALS:
-        hit.role, hit.domain, hit.category, hit.strength = "cause", "application", "app_killed_signal", 2
-    elif signal == 9:
-        hit.role, hit.domain, hit.category, hit.strength = "cause", "application", "app_killed_signal", 1
+    signal, source = decoded
+    entry = code_tables()["signal"]["by_number"].get(signal)
+    hit.notes["signal"] = entry["name"] if entry else f"signal {signal}"
+    if source != "signal":
+        hit.notes["signal_from"] = source
+    if entry is not None and entry["role"] == "cause":
+        hit.role, hit.domain, hit.category, hit.strength = "cause", entry["domain"], entry["category"], entry["strength"]
     else:
         hit.role, hit.category = "symptom", None
     return hit
@@ -194,4 +346,7 @@ HOOKS: dict[str, Callable[["Hit"], "Hit"]] = {
     "ib_status": refine_ib_status,
     "sxid": refine_sxid,
     "nccl_busid": refine_nccl_busid,
+    "cuda_code": refine_cuda_code,
+    "nccl_result": refine_nccl_result,
+    "lib_status": refine_lib_status,
 }

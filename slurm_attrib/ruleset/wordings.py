@@ -98,15 +98,17 @@ _PLACEHOLDER = re.compile(
 
 def format_regex(fmt: str) -> re.Pattern:
     """A regex that finds what `fmt` prints: literal text as is, every placeholder as any text."""
+    fmt = fmt.strip()
+    while fmt.endswith("\\n"):  # a trailing newline escape, as the source spells it
+        fmt = fmt[:-2].rstrip()
     parts, position = [], 0
     for found in _PLACEHOLDER.finditer(fmt):
         parts.append(re.escape(fmt[position : found.start()]))
         parts.append("%" if found.group() == "%%" else ".*?")
         position = found.end()
     parts.append(re.escape(fmt[position:]))
-    pattern = "".join(parts).strip()
-    pattern = re.sub(r"(?:\\ )+", r"\\s+", pattern)  # whitespace runs: printers pad and wrap
-    return re.compile(pattern.removesuffix("\\\n").removesuffix("\\n"))
+    pattern = re.sub(r"(?:\\\s)+", r"\\s+", "".join(parts))  # whitespace runs: printers pad and wrap
+    return re.compile(pattern)
 
 
 @dataclass(frozen=True)
