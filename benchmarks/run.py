@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """slurm-attrib benchmarks: scan throughput against grep, and diagnosis time/memory against job size.
 
-    python benchmarks/run.py [--size-mb 200] [--nodes 8,128,1024] [--skip-scan] [--skip-scale] [--check]
+    python benchmarks/run.py [--size-mb 200] [--nodes 8,128,1024] [--e2e-mb 200] [--rss-mb 1000]
+                             [--engines hyperscan,ahocorasick,grep,re] [--skip-scan] [--skip-scale]
+                             [--skip-e2e] [--skip-rss] [--check]
 
 (a) Scan: builds a log of --size-mb MB (noise lines from simulated jobs, about 1 matching line in
     20,000), then times `Scanner(load_rules()).scan(data, "app")` with each literal-search engine
@@ -11,6 +13,11 @@
 (b) Scale: simulates `gpu_fell_off_bus` jobs of each --nodes size and diagnoses each one with
     `analyze_path` in its own subprocess, printing seconds, peak RSS (ru_maxrss) and per-node growth,
     and whether the diagnosis matched the simulator's ground truth.
+
+(c) End to end: `sattrib analyze` (a child process: interpreter start, imports and rule compilation
+    included) of a simulated 16-node job inflated to --e2e-mb MB with noise lines, once per engine
+    (SATTRIB_SCAN_ENGINE), against `grep -rcE -f literals.ere DIR` (LC_ALL=C), the rules' literals.
+(d) Memory: peak RSS (wait4 rusage of the child) of `sattrib analyze` over a --rss-mb MB job.
 
 Generated data goes under benchmarks/_work/ (gitignored) and is reused when already there.
 """
@@ -36,6 +43,8 @@ WORK = HERE / "_work"
 sys.path.insert(0, str(REPO))
 
 TARGET_SCAN_RATIO = 0.5  # scanner throughput >= 50 % of grep -E
+TARGET_E2E_RATIO = 2.0  # sattrib analyze of a 200 MB job <= 2x grep -rcE with the rules' literals
+TARGET_PEAK_MB = 128  # peak RSS of analyze over 1 GB of logs
 TARGET_1024_SECONDS = 5.0  # diagnosis of a 1,024-node job
 RARE_EVERY = 20000  # about one matching line in this many
 
@@ -48,7 +57,7 @@ def _rules_digest() -> str:
     from slurm_attrib.paths import bundled_dir
 
     digest = hashlib.sha256()
-    for path in sorted(bundled_dir("rules").glob("*.yaml")):
+    for path in sorted(bundled_dir("rules").rglob("*.yaml")) + [REPO / "slurm_attrib" / "ruleset" / "hooks.py"]:
         digest.update(path.read_bytes())
     return digest.hexdigest()[:10]
 
@@ -249,6 +258,166 @@ def bench_scan(size_mb: int, repeat: int) -> dict:
 
 
 # --------------------------------------------------------------------------------------------
+# (c) end to end: `sattrib analyze` of a large job against `grep -rcE` with the rules' literals
+
+
+def build_big_job(size_mb: int, nodes: int = 16, scenario: str = "gpu_fell_off_bus", seed: int = 0) -> tuple[Path, dict]:
+    """A simulated job inflated to about size_mb MB with noise lines; cached by its parameters.
+
+    Every file of the simulated job keeps its own lines in their order; after each line that no
+    rule matches, copies of that line are added (the same timestamp, so the file's clock and every
+    rule hit are unchanged), until the job holds size_mb MB spread over its files in proportion
+    to their size.
+    """
+    from slurm_attrib.ruleset.loader import load_rules
+    from slurm_attrib.ruleset.scanner import Scanner
+    from slurm_attrib.simulate import write_scenario
+
+    folder = WORK / "jobs" / f"{scenario}-{nodes}n-{size_mb}mb-s{seed}-{_rules_digest()}"
+    stamp = folder.parent / f"{folder.name}.truth.json"
+    if folder.is_dir() and stamp.is_file():
+        return folder, json.loads(stamp.read_text())
+    shutil.rmtree(folder, ignore_errors=True)
+    truth = write_scenario(scenario, folder, nodes=nodes, ranks_per_node=8, seed=seed)
+    scanner = Scanner(load_rules(), engine="re")
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "job.json")
+    contents = []
+    for file in files:
+        data = file.read_bytes()
+        matched = {hit.lineno for kind in ("app", "kernel", "syslog") for hit in scanner.scan(data, kind)}
+        lines = data.splitlines(keepends=True)
+        contents.append((file, lines, matched))
+    total = sum(len(line) for _, lines, _ in contents for line in lines)
+    noise = sum(len(line) for _, lines, matched in contents for n, line in enumerate(lines, 1) if n not in matched)
+    copies_per_line = max(0.0, (size_mb * 1_000_000 - total) / max(noise, 1))
+    for file, lines, matched in contents:
+        owed = 0.0
+        parts: list[bytes] = []
+        for n, line in enumerate(lines, 1):
+            parts.append(line)
+            if n in matched or not line.endswith(b"\n"):
+                continue
+            owed += copies_per_line
+            if owed >= 1:
+                copies = int(owed)
+                parts.append(line * copies)
+                owed -= copies
+        file.write_bytes(b"".join(parts))
+    data = truth.to_dict()
+    stamp.write_text(json.dumps(data))
+    return folder, data
+
+
+def literal_patterns(rules) -> list[str]:
+    """The rules' `match.contains` literals as POSIX ERE (escaped; caseless letters as [xX])."""
+    out = set()
+    for rule in rules:
+        for literal in rule.match.contains:
+            ere = re.sub(r"([][\\.^$*+?(){}|])", r"\\\1", literal)
+            if rule.match.ignore_case:
+                ere = re.sub(r"[A-Za-z]", lambda m: f"[{m[0].lower()}{m[0].upper()}]", ere)
+            out.add(ere)
+    return sorted(out)
+
+
+def _analyze_command(folder: Path) -> list[str]:
+    return [sys.executable, "-c", "import sys; from slurm_attrib.cli import main; sys.exit(main())",
+            "analyze", str(folder), "--output", os.devnull]
+
+
+_MEASURE = (
+    "import resource, subprocess, sys, time\n"
+    "t = time.perf_counter()\n"
+    "done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n"
+    "seconds = time.perf_counter() - t\n"
+    "sys.stderr.buffer.write(done.stderr)\n"
+    "print(seconds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, done.returncode)\n"
+)
+
+
+def _timed(command: list[str], env: dict[str, str]) -> tuple[float, int, subprocess.CompletedProcess]:
+    """Wall seconds and peak RSS (KB) of one run of `command`.
+
+    The command runs under a small fresh interpreter that times it and reads RUSAGE_CHILDREN: a
+    child forked straight from this process would count this process's pages (the generated data
+    it built) in its ru_maxrss.
+    """
+    proc = subprocess.run([sys.executable, "-c", _MEASURE, *command], capture_output=True, env=env)
+    seconds, rss, code = proc.stdout.split()
+    return float(seconds), int(rss), subprocess.CompletedProcess(command, int(code), b"", proc.stderr)
+
+
+def bench_end_to_end(size_mb: int, repeat: int, engines: list[str] | None = None) -> dict:
+    from slurm_attrib.ruleset.loader import load_rules
+    from slurm_attrib.ruleset.scanner import available_engines
+
+    t = time.perf_counter()
+    folder, truth = build_big_job(size_mb)
+    build_s = time.perf_counter() - t
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    mb = sum(p.stat().st_size for p in files) / 1e6
+    for p in files:  # into the page cache for both sides
+        with p.open("rb") as f:
+            while f.read(1 << 24):
+                pass
+    pfile = WORK / "literals.ere"
+    pfile.write_text("".join(p + "\n" for p in literal_patterns(load_rules())), encoding="utf-8")
+    print(f"job: {folder.relative_to(REPO)}  {mb:.1f} MB in {len(files)} files (built/reused in {build_s:.1f} s)")
+    print(f"grep patterns: {sum(1 for _ in pfile.open())} rule literals; {pfile.relative_to(REPO)}\n")
+    grep_cmd = ["grep", "-rcE", "-f", str(pfile), str(folder)]
+    env = _c_env()
+    rows: dict[str, dict] = {}
+    best = float("inf")
+    for _ in range(repeat):
+        seconds, _, _ = _timed(grep_cmd, env)
+        best = min(best, seconds)
+    grep_s = best
+    print(f"  {'':34s} {'seconds':>8s} {'vs grep':>8s} {'peak MB':>8s}")
+    print(f"  {'grep -rcE -f literals (LC_ALL=C)':34s} {grep_s:8.2f} {'1.00x':>8s}")
+    for engine in engines or available_engines():
+        run_env = dict(os.environ, SATTRIB_SCAN_ENGINE=engine)
+        best, rss, proc = float("inf"), 0, None
+        for _ in range(repeat):
+            seconds, peak, proc = _timed(_analyze_command(folder), run_env)
+            best, rss = min(best, seconds), max(rss, peak)
+        label = f"sattrib analyze ({engine})"
+        if proc.returncode != 0:
+            print(f"  {label:34s} failed: {(proc.stderr.decode().strip().splitlines() or ['?'])[-1]}")
+            rows[engine] = {"error": True}
+            continue
+        rows[engine] = {"seconds": best, "ratio": best / grep_s, "peak_mb": rss / 1024}
+        print(f"  {label:34s} {best:8.2f} {best / grep_s:7.2f}x {rss / 1024:8.1f}")
+    ok = None
+    default = [e for e in rows if e != "re" and "error" not in rows[e]]
+    for engine in default:
+        print(f"\n  target: analyze ({engine}) <= {TARGET_E2E_RATIO:.0f}x grep -rcE -> {rows[engine]['ratio']:.2f}x "
+              f"{'PASS' if rows[engine]['ratio'] <= TARGET_E2E_RATIO else 'MISS'}", end="")
+        ok = (ok is not False) and rows[engine]["ratio"] <= TARGET_E2E_RATIO
+    print()
+    return {"grep": grep_s, "rows": rows, "mb": mb, "truth": truth, "ok": ok}
+
+
+def bench_memory(size_mb: int) -> dict:
+    """Peak RSS of `sattrib analyze` over a generated job of size_mb MB (child's ru_maxrss)."""
+    t = time.perf_counter()
+    folder, _ = build_big_job(size_mb)
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    mb = sum(p.stat().st_size for p in files) / 1e6
+    biggest = max(p.stat().st_size for p in files) / 1e6
+    print(f"job: {folder.relative_to(REPO)}  {mb:.0f} MB in {len(files)} files, largest {biggest:.0f} MB "
+          f"(built/reused in {time.perf_counter() - t:.1f} s)")
+    seconds, rss, proc = _timed(_analyze_command(folder), dict(os.environ))
+    if proc.returncode != 0:
+        print(f"  analyze failed: {(proc.stderr.decode().strip().splitlines() or ['?'])[-1]}")
+        return {"ok": False}
+    peak = rss / 1024
+    ok = peak <= TARGET_PEAK_MB
+    print(f"  sattrib analyze: {seconds:.2f} s, peak RSS {peak:.1f} MB\n\n"
+          f"  target: peak RSS <= {TARGET_PEAK_MB} MB for {mb:.0f} MB of logs -> {'PASS' if ok else 'MISS'}")
+    return {"seconds": seconds, "peak_mb": peak, "ok": ok}
+
+
+# --------------------------------------------------------------------------------------------
 # (b) diagnosis time and memory by job size
 
 
@@ -340,8 +509,13 @@ def main() -> int:
     parser.add_argument("--size-mb", type=int, default=200, help="size of the scan corpus (default 200)")
     parser.add_argument("--nodes", default="8,128,1024", help="job sizes for the scale benchmark (default 8,128,1024)")
     parser.add_argument("--repeat", type=int, default=3, help="best of N timings for the scan (default 3)")
+    parser.add_argument("--e2e-mb", type=int, default=200, help="size of the end-to-end job (default 200)")
+    parser.add_argument("--rss-mb", type=int, default=1000, help="size of the peak-memory job (default 1000)")
+    parser.add_argument("--engines", default="", help="engines for the end-to-end run (default: every available one)")
     parser.add_argument("--skip-scan", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument("--skip-e2e", action="store_true")
+    parser.add_argument("--skip-rss", action="store_true")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -354,6 +528,15 @@ def main() -> int:
     if not args.skip_scan:
         print("== (a) scan throughput vs grep -E ==")
         verdicts.append(bench_scan(args.size_mb, args.repeat)["ok"])
+        print()
+    if not args.skip_e2e:
+        print(f"== (c) end to end: sattrib analyze of a {args.e2e_mb} MB 16-node job vs grep -rcE, per engine ==")
+        engines = [e for e in args.engines.split(",") if e.strip()] or None
+        verdicts.append(bench_end_to_end(args.e2e_mb, args.repeat, engines)["ok"])
+        print()
+    if not args.skip_rss:
+        print(f"== (d) peak memory: sattrib analyze of {args.rss_mb} MB of logs ==")
+        verdicts.append(bench_memory(args.rss_mb)["ok"])
         print()
     if not args.skip_scale:
         print("== (b) diagnosis time and peak memory by job size (gpu_fell_off_bus, 8 ranks/node) ==")

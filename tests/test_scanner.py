@@ -1,30 +1,120 @@
-"""The scanner finds the same hits with Hyperscan and with Python's re."""
+"""Every scan engine (Hyperscan, Aho-Corasick, grep -F, Python's re) finds exactly the same hits."""
+
+import random
 
 import pytest
 
+from slurm_attrib.ruleset import scanner as scanner_module
 from slurm_attrib.ruleset.loader import load_rules
-from slurm_attrib.ruleset.scanner import ENGINES, Scanner, hyperscan, normalise_pci
+from slurm_attrib.ruleset.scanner import ENGINES, Scanner, available_engines, normalise_pci
 from slurm_attrib.simulate import write_scenario
 
 RULES = load_rules()
+FAST_ENGINES = [e for e in ENGINES if e != "re"]
 
 
 def _signature(hits):
-    return [(h.lineno, h.offset, h.rule.id, sorted(h.fields.items()), h.role, h.category) for h in hits]
+    return [(h.lineno, h.offset, h.rule.id, sorted(h.fields.items()), h.role, h.category, h.text) for h in hits]
 
 
-@pytest.mark.parametrize("engine", [e for e in ENGINES if e != "re"])
+def _engine(rules, engine):
+    if engine not in available_engines():
+        pytest.skip(f"{engine} engine not available here")
+    return Scanner(rules, engine=engine)
+
+
+def _caseless(rules, every=3):
+    """Copies of some rules with match.ignore_case set (the pack has few or none of its own)."""
+    out = []
+    for i, rule in enumerate(rules):
+        if i % every == 0 and not rule.match.ignore_case:
+            rule = rule.model_copy(update={"match": rule.match.model_copy(update={"ignore_case": True})})
+        out.append(rule)
+    return out
+
+
+def _jumble_case(data: bytes, seed: int) -> bytes:
+    rng = random.Random(seed)
+    return bytes(b ^ 32 if 97 <= (b | 32) <= 122 and rng.random() < 0.3 else b for b in data)
+
+
+@pytest.mark.parametrize("engine", FAST_ENGINES)
 @pytest.mark.parametrize("scenario", ["gpu_fell_off_bus", "link_down", "filesystem_error", "app_exception"])
 def test_every_engine_finds_what_re_finds(tmp_path, scenario, engine):
-    if engine == "hyperscan" and hyperscan is None:
-        pytest.skip("hyperscan not installed")
     write_scenario(scenario, tmp_path, nodes=4, seed=1)
-    fast, plain = Scanner(RULES, engine=engine), Scanner(RULES, engine="re")
+    fast, plain = _engine(RULES, engine), Scanner(RULES, engine="re")
     assert (fast.engine, plain.engine) == (engine, "re")
     for path in sorted(p for p in tmp_path.rglob("*") if p.is_file()):
         data = path.read_bytes() + b"\x00\xff binary tail NVRM: Xid (PCI:0000:3b:00): 79, pid=1, x\n"
         for kind in ("kernel", "app"):
             assert _signature(fast.scan(data, kind)) == _signature(plain.scan(data, kind)), path
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_all_engines_agree_on_every_rule_example(engine):
+    """Each rule's examples, shuffled into noise: every engine finds the same lines as `re`
+    (a missed or an extra line fails), also for ASCII case-insensitive literals."""
+    for rules, jumble in ((RULES, False), (_caseless(RULES), True)):
+        lines = [b"noise line %d step loss 1.5" % i for i in range(50)]
+        for rule in rules:
+            lines += [example.line.encode() for example in rule.examples.match]
+            lines += [text.encode() for text in rule.examples.no_match]
+        random.Random(7).shuffle(lines)
+        data = b"\n".join(lines) + b"\n"
+        if jumble:
+            data = _jumble_case(data, 3)
+        fast, plain = _engine(rules, engine), Scanner(rules, engine="re")
+        assert [s for s, _ in fast.candidate_lines(data)] == [s for s, _ in plain.candidate_lines(data)]
+        for kind in ("kernel", "app", "syslog"):
+            assert _signature(fast.scan(data, kind)) == _signature(plain.scan(data, kind))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engines_fail_loudly_on_a_missed_or_extra_line(engine):
+    """The comparison above is not vacuous: each engine finds the literal lines and only them."""
+    scanner = _engine(RULES, engine)
+    line = b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."
+    data = b"noise\n" + line + b"\nnoise NVRM without the rest\n" + line + b"\n"
+    starts = [s for s, _ in scanner.candidate_lines(data)]
+    assert 6 in starts and data.rfind(line) in starts
+    assert all(data[s:data.find(b"\n", s)] != b"noise" for s in starts)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_caseless_literals(engine):
+    rules = _caseless(RULES, every=1)
+    scanner, plain = _engine(rules, engine), Scanner(rules, engine="re")
+    data = b"nvrm: XID (pci:0000:3B:00): 79, PID=1, gpu HAS FALLEN OFF THE BUS.\nnoise\n"
+    hits = scanner.scan(data, "kernel")
+    assert any(h.rule.id == "gpu.xid" for h in hits)
+    assert _signature(hits) == _signature(plain.scan(data, "kernel"))
+    exact = _engine(RULES, engine)
+    assert not [h for h in exact.scan(data, "kernel") if h.rule.id == "gpu.xid"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_window_of_the_buffer(engine):
+    """scan(data, kind, begin, end, first_line) reports the lines starting in [begin, end) only,
+    numbered from first_line, with offsets into data: what streaming windows rely on."""
+    scanner = _engine(RULES, engine)
+    line = b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+    data = line + b"noise\n" + line + b"noise\n" + line
+    begin, end = len(line) + 6, 2 * len(line) + 12
+    hits = [h for h in scanner.scan(data, "kernel", begin, end, first_line=3) if h.rule.id == "gpu.xid"]
+    assert [(h.lineno, h.offset) for h in hits] == [(3, begin)]
+    whole = [(h.lineno, h.offset) for h in scanner.scan(data, "kernel") if h.rule.id == "gpu.xid"]
+    assert whole == [(1, 0), (3, begin), (5, end)]
+
+
+def test_the_default_engine_needs_no_extra(monkeypatch):
+    monkeypatch.setattr(scanner_module, "hyperscan", None)
+    monkeypatch.delenv(scanner_module.ENGINE_VARIABLE, raising=False)
+    expected = "ahocorasick" if scanner_module.ahocorasick_rs is not None else available_engines()[0]
+    assert Scanner(RULES).engine == expected
+    monkeypatch.setattr(scanner_module, "ahocorasick_rs", None)
+    assert Scanner(RULES).engine in ("grep", "re")  # still works without the library
+    monkeypatch.setenv(scanner_module.ENGINE_VARIABLE, "re")
+    assert Scanner(RULES).engine == "re"
 
 
 def test_lines_without_literals_are_never_decoded():

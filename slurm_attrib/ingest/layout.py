@@ -28,10 +28,14 @@ from slurm_attrib import hostlist
 from slurm_attrib.errors import InputError
 from slurm_attrib.ingest import readers
 from slurm_attrib.ingest.kinds import detect_kind
+from slurm_attrib.ingest.timestamps import sample_years
 from slurm_attrib.ingest.types import CoverageEntry, Evidence, JobContext, SourceFile
 from slurm_attrib.vocab import TRUSTED_KINDS
 
 JOB_FILE = "job.json"
+# Files whose content is at most this size stay in memory (SourceFile.data); larger ones are read
+# again, one at a time, when analysed (peak memory does not grow with the evidence).
+HOLD_BYTES = 256 * 1024
 MAX_JOB_FILE = 16 * readers.MiB
 
 
@@ -80,7 +84,8 @@ def load_evidence(path: Path) -> Evidence:
     # Smallest first for the total budget; the output order is by path.
     for rel, node, _size in sorted(candidates, key=lambda c: (c[2], c[0])):
         cap = min(readers.MAX_FILE_BYTES, budget)
-        result = readers.read_file(root / rel, cap)
+        probe = readers.probe_file(root / rel, cap)
+        result = probe.result
         if result.status == "skipped" and budget <= 0:
             coverage.append(CoverageEntry(node, rel, None, "skipped",
                                           f"evidence size limit ({readers.MAX_TOTAL_BYTES} bytes) reached"))
@@ -89,20 +94,25 @@ def load_evidence(path: Path) -> Evidence:
             status = result.status if result.status != "ok" else "empty"
             coverage.append(CoverageEntry(node, rel, None, status, result.detail))
             continue
-        data = result.data
-        if b"\r\n" in data:
-            data = data.replace(b"\r\n", b"\n")
-        budget -= len(data)
+        data = result.data  # the whole content, or head and tail samples of a large file
+        budget -= probe.size
         kind = detect_kind(data, rel)
         trusted = node is not None and kind in TRUSTED_KINDS
-        files.append(SourceFile(rel=rel, node=node, kind=kind, trusted=trusted, data=data,
-                                line_offset=result.line_offset, compressed=result.compressed))
+        source = SourceFile(rel=rel, node=node, kind=kind, trusted=trusted, data=data,
+                            line_offset=result.line_offset, compressed=result.compressed,
+                            size=probe.size, years=tuple(sample_years(data)))
+        if not probe.whole:  # streamed from disk when analysed
+            source.data, source.path, source.start = b"", root / rel, probe.start
+        elif len(data) > HOLD_BYTES:  # read again when analysed
+            source.data, source.path, source.start, source.cap = b"", root / rel, -1, cap
+        files.append(source)
         detail = result.detail
         if result.status == "truncated" and cap < readers.MAX_FILE_BYTES:
             detail = f"{detail} (evidence size limit of {readers.MAX_TOTAL_BYTES} bytes reached)"
         if _mostly_binary(data):
             detail = "; ".join(filter(None, [detail, "mostly binary content: only its text lines were read"]))
         coverage.append(CoverageEntry(node, rel, kind, result.status, detail))
+        del data, probe, result
 
     files.sort(key=lambda f: f.rel)
     present = {f.node for f in files} | {c.node for c in coverage}

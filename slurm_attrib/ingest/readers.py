@@ -221,3 +221,120 @@ def _read_gzip(stream, cap: int) -> ReadResult:
     if problem:
         return ReadResult(data, "truncated", problem, True, offset)
     return ReadResult(data, "ok", "gzip", True, offset)
+
+
+# ------------------------------------------------------------------------------------ streaming
+# Large plain files are not held in memory: `probe_file` reads what ingest needs up front (a head
+# and a tail sample, the size, where the kept part starts) and `iter_blocks` reads the kept part
+# again, block by block, when the file is analysed.
+
+SMALL_FILE = 1 * MiB  # plain files up to this size, and gzip files, are read whole
+SAMPLE = 256 * 1024  # head and tail kept by the probe of a large file
+BLOCK = 8 * MiB
+
+
+@dataclass
+class Probe:
+    result: ReadResult  # data: the whole content (small or gzip) or head + tail samples
+    whole: bool  # result.data is the whole kept content
+    start: int = 0  # plain, not whole: file offset of the kept part's first byte
+    size: int = 0  # bytes kept (before CRLF normalisation)
+
+
+def normalise_crlf(data: bytes) -> bytes:
+    return data.replace(b"\r\n", b"\n") if b"\r\n" in data else data
+
+
+def probe_file(path: Path | str, cap: int = MAX_FILE_BYTES) -> Probe:
+    """Like read_file, but a large plain file yields only head and tail samples (CRLF already
+    normalised): each SAMPLE bytes of the normalised kept content, joined."""
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except OSError:
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode) or info.st_size <= SMALL_FILE or cap <= 0:
+        result = read_file(path, cap)
+        result.data = normalise_crlf(result.data)
+        return Probe(result, True, 0, len(result.data))
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        result = read_file(path, cap)
+        result.data = normalise_crlf(result.data)
+        return Probe(result, True, 0, len(result.data))
+    try:
+        if os.pread(fd, 2, 0) == GZIP_MAGIC:
+            os.close(fd)
+            fd = -1
+            result = read_file(path, cap)
+            result.data = normalise_crlf(result.data)
+            return Probe(result, True, 0, len(result.data))
+        size = os.fstat(fd).st_size
+        status, detail, offset, start = "ok", "", 0, 0
+        if size > cap:
+            skipped = size - cap
+            dropped: int | None = None
+            if skipped <= MAX_COUNTED_SKIP:
+                dropped = 0
+                for position in range(0, skipped, BLOCK):
+                    dropped += os.pread(fd, min(BLOCK, skipped - position), position).count(b"\n")
+            start = skipped
+            offset = dropped
+            if os.pread(fd, 1, skipped - 1) != b"\n":
+                cut = _find_newline(fd, skipped, size)
+                if 0 <= cut < size - 1:
+                    start, offset = cut + 1, None if dropped is None else dropped + 1
+            status, detail = "truncated", f"{size} bytes; only the last {size - start} bytes kept"
+        kept = size - start
+        raw = 2 * SAMPLE + 2
+        head = normalise_crlf(os.pread(fd, min(raw, kept), start))[:SAMPLE]
+        tail = normalise_crlf(os.pread(fd, min(raw, kept), size - min(raw, kept)))[-SAMPLE:]
+        return Probe(ReadResult(head + tail, status, detail, False, offset), False, start, kept)
+    except OSError as error:
+        return Probe(ReadResult(b"", "unreadable", _describe(error)), True)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _find_newline(fd: int, begin: int, end: int) -> int:
+    position = begin
+    while position < end:
+        block = os.pread(fd, min(BLOCK, end - position), position)
+        if not block:
+            break
+        found = block.find(b"\n")
+        if found >= 0:
+            return position + found
+        position += len(block)
+    return -1
+
+
+def iter_blocks(path: Path | str, start: int, size: int, block: int = BLOCK):
+    """The kept part of a large plain file in blocks that end at a line end (the last one at the
+    end of the part), CRLF normalised."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        position, end, carry = start, start + size, b""
+        while position < end:
+            piece = os.pread(fd, min(block, end - position), position)
+            if not piece:
+                break
+            position += len(piece)
+            piece = carry + piece if carry else piece
+            cut = piece.rfind(b"\n") + 1
+            if position >= end or cut == 0:
+                if position >= end:
+                    carry = b""
+                    yield normalise_crlf(piece)
+                else:
+                    carry = piece
+                continue
+            carry = piece[cut:]
+            yield normalise_crlf(piece[:cut] if carry else piece)
+        if carry:
+            yield normalise_crlf(carry)
+    finally:
+        os.close(fd)

@@ -269,6 +269,15 @@ _FULL_DATE_YEAR = re.compile(rb"\b(20\d\d)-[01]\d-[0-3]\d[T ][0-2]\d:|\b\d\d:\d\
 _YEAR_SAMPLE = 65536
 
 
+def sample_years(data: bytes) -> list[int]:
+    """The years that full-date timestamps in the head and tail of data carry."""
+    return [
+        int(found.group(1) or found.group(2))
+        for sample in (data[:_YEAR_SAMPLE], data[-_YEAR_SAMPLE:])
+        for found in _FULL_DATE_YEAR.finditer(sample)
+    ]
+
+
 def evidence_year(evidence: Evidence) -> int | None:
     """The year for year-less timestamps: the job's, else the latest year that full-date
     timestamps in the evidence carry (read from the head and tail of each file)."""
@@ -276,16 +285,40 @@ def evidence_year(evidence: Evidence) -> int | None:
     if hint is not None:
         return hint
     years = [
-        int(found.group(1) or found.group(2))
+        year
         for source in evidence.files
-        for sample in (source.data[:_YEAR_SAMPLE], source.data[-_YEAR_SAMPLE:])
-        for found in _FULL_DATE_YEAR.finditer(sample)
+        for year in (source.years if source.years is not None else sample_years(source.data))
     ]
     return max(years) if years else None
 
 
 _KERNEL_PAIR = re.compile(rb"kernel: +\[\s*\d+\.\d+\]")
 _MAX_PAIRS_PER_NODE = 2000
+
+
+def boot_observations(data: bytes, begin: int, end: int, node: str | None, hint: int | None,
+                      observations: dict[str, list[float]]) -> None:
+    """Add the (wall - mono) of the lines in data[begin:end] that carry both stamps, per node
+    (the file's node, else the host a job-level syslog line names), at most _MAX_PAIRS_PER_NODE."""
+    from slurm_attrib.ingest.origin import line_origin
+
+    for found in _KERNEL_PAIR.finditer(data, begin, end):
+        start = data.rfind(b"\n", 0, found.start()) + 1
+        stop = data.find(b"\n", found.end())
+        text = _line_text(data, start, len(data) if stop < 0 else stop)
+        stamp = parse_line_time(text, hint)
+        if stamp.wall is None or stamp.mono is None:
+            continue
+        owner = node if node is not None else line_origin(text).host
+        if owner is None:
+            continue
+        seen = observations.setdefault(owner, [])
+        if len(seen) < _MAX_PAIRS_PER_NODE:
+            seen.append(stamp.wall - stamp.mono)
+
+
+def boot_times_from(observations: dict[str, list[float]]) -> dict[str, float]:
+    return {node: statistics.median(values) for node, values in sorted(observations.items()) if values}
 
 
 def estimate_boot_times(evidence: Evidence) -> dict[str, float]:
@@ -295,25 +328,11 @@ def estimate_boot_times(evidence: Evidence) -> dict[str, float]:
     field names a node; the median of the observations is taken (robust to syslog daemons that
     stamp early boot messages with their receive time).  Nodes without such lines are absent.
     """
-    from slurm_attrib.ingest.origin import line_origin
-
     hint = evidence_year(evidence)
     observations: dict[str, list[float]] = {}
     for source in evidence.files:
         if source.kind not in ("kernel", "syslog"):
             continue
-        data = source.data
-        for found in _KERNEL_PAIR.finditer(data):
-            start = data.rfind(b"\n", 0, found.start()) + 1
-            end = data.find(b"\n", found.end())
-            text = _line_text(data, start, len(data) if end < 0 else end)
-            stamp = parse_line_time(text, hint)
-            if stamp.wall is None or stamp.mono is None:
-                continue
-            node = source.node if source.node is not None else line_origin(text).host
-            if node is None:
-                continue
-            seen = observations.setdefault(node, [])
-            if len(seen) < _MAX_PAIRS_PER_NODE:
-                seen.append(stamp.wall - stamp.mono)
-    return {node: statistics.median(values) for node, values in sorted(observations.items()) if values}
+        for block in source.blocks():
+            boot_observations(block, 0, len(block), source.node, hint, observations)
+    return boot_times_from(observations)

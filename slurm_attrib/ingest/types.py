@@ -33,10 +33,56 @@ class SourceFile:
     # original line number = line_offset + line number in data.  None: not counted (huge file).
     line_offset: int | None = 0
     compressed: bool = False  # the file was gzip-compressed on disk
+    # Streaming: a large plain file is not held (data empty); its kept part is bytes
+    # [start, start + size) of `path`, read again block by block (blocks()) when analysed.
+    path: Path | None = None
+    start: int = 0  # -1: read the whole file again (readers.read_file with `cap`), e.g. gzip
+    cap: int = 0
+    size: int = -1  # bytes of content (of the kept part on disk for a streamed file)
+    years: tuple[int, ...] | None = None  # full-date years in its head and tail (see evidence_year)
 
     def original_line(self, lineno: int) -> int:
         """The real source's number for line `lineno` of `data` (data may hold only the tail)."""
         return lineno + (self.line_offset or 0)
+
+    @property
+    def streamed(self) -> bool:
+        return self.path is not None
+
+    def content_size(self) -> int:
+        return self.size if self.size >= 0 else len(self.__dict__.get("_data", b""))
+
+    def blocks(self):
+        """The content in blocks ending at line ends: one block when held in memory."""
+        if self.path is None:
+            yield self.__dict__.get("_data", b"")
+            return
+        from slurm_attrib.ingest import readers
+
+        if self.start < 0:
+            yield readers.normalise_crlf(readers.read_file(self.path, self.cap).data)
+            return
+        yield from readers.iter_blocks(self.path, self.start, self.size)
+
+    def read_all(self) -> bytes:
+        """The whole content (reads a streamed file whole: avoid for large files)."""
+        return b"".join(self.blocks())
+
+
+def _get_data(self: SourceFile) -> bytes:
+    """The content: held in memory, or (a streamed file) read again whole on each access, not
+    kept; the analysis reads streamed files through blocks() instead."""
+    held = self.__dict__.get("_data", b"")
+    if held or self.__dict__.get("path") is None:
+        return held
+    return self.read_all()
+
+
+def _set_data(self: SourceFile, value: bytes) -> None:
+    self.__dict__["_data"] = value
+
+
+SourceFile.data = property(_get_data, _set_data)  # after @dataclass: __init__ assigns through it
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,20 @@
 """Scan raw log bytes with the rule pack.
 
 The rules' literal `contains` strings are searched over the whole buffer at once, by the best
-engine at hand: Hyperscan when installed, else GNU grep -F (both multi-literal automata), else one
-alternation in Python's `re` (slow with a hundred literals).  All three find the same lines.  Only
-the lines that hold a literal are decoded and checked with the rules' regexes, so throughput is
-that of the literal search.
+engine at hand: Hyperscan when installed (the `fast` extra, x86_64), else ahocorasick-rs (a default
+dependency, wheels for x86_64 and aarch64), else GNU grep -F (all multi-literal automata), else one
+alternation in Python's `re` (slow with a hundred literals).  All find the same lines.  Only the
+lines that hold a literal are decoded and checked with the rules' regexes, so throughput is that of
+the literal search.  `SATTRIB_SCAN_ENGINE` (hyperscan, ahocorasick, grep, re) picks one by name.
+
+Case-insensitive literals (`match.ignore_case`, ASCII case folding as in every engine): Hyperscan,
+grep -i and `re` fold case themselves; for Aho-Corasick each such literal is searched by every case
+variant of its head (at most 6 letters), and each hit is then checked against the whole literal.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -22,6 +28,11 @@ try:  # optional accelerator, same results
     import hyperscan
 except ImportError:  # pragma: no cover - exercised when hyperscan is absent
     hyperscan = None
+
+try:  # default dependency; the scanner still works without it
+    import ahocorasick_rs
+except ImportError:  # pragma: no cover - exercised when the wheel is missing
+    ahocorasick_rs = None
 
 MAX_LINE_CHARS = 8192  # longer lines are cut for matching and evidence (a 50 MB line stays cheap)
 
@@ -43,19 +54,36 @@ class Hit:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
-ENGINES = ("hyperscan", "grep", "re")
+ENGINES = ("hyperscan", "ahocorasick", "grep", "re")
+ENGINE_VARIABLE = "SATTRIB_SCAN_ENGINE"
+CASELESS_HEAD_LETTERS = 6  # Aho-Corasick: case variants of at most this many letters per literal
+
+
+def available_engines() -> list[str]:
+    """The engines usable here, fastest first."""
+    found = []
+    if hyperscan is not None:
+        found.append("hyperscan")
+    if ahocorasick_rs is not None:
+        found.append("ahocorasick")
+    if shutil.which("grep"):
+        found.append("grep")
+    return [*found, "re"]
 
 
 def best_engine() -> str:
-    if hyperscan is not None:
-        return "hyperscan"
-    return "grep" if shutil.which("grep") else "re"
+    """The fastest engine, or the one SATTRIB_SCAN_ENGINE names when it is available."""
+    engines = available_engines()
+    wanted = os.environ.get(ENGINE_VARIABLE, "").strip().lower()
+    if wanted in engines:
+        return wanted
+    return engines[0]
 
 
 class Scanner:
     def __init__(self, rules: list[Rule], engine: str = "auto"):
         self.rules = rules
-        self._compiled = {r.id: _compile_rule(r) for r in rules}
+        self._compiled: dict[str, tuple[re.Pattern, list[re.Pattern]]] = {}  # compiled when first needed
         literals = sorted({lit for r in rules for lit in r.match.contains})
         self._literals = literals
         self._rules_by_literal: dict[str, list[Rule]] = {lit: [] for lit in literals}
@@ -65,53 +93,85 @@ class Scanner:
         self._rules_by_ids: dict[frozenset[int], list[Rule]] = {}
         self._caseless = {lit for r in rules if r.match.ignore_case for lit in r.match.contains}
         self.engine = best_engine() if engine == "auto" else engine
-        if self.engine not in ENGINES or (self.engine == "hyperscan" and hyperscan is None):
+        if self.engine not in available_engines():
             raise ValueError(f"scan engine {engine!r} is not available")
         self._hs_db = _hyperscan_db(literals, self._caseless) if self.engine == "hyperscan" else None
+        self._ac = _aho_corasick(literals, self._caseless) if self.engine == "ahocorasick" and literals else None
         self._grep = shutil.which("grep") if self.engine == "grep" else None
-        alternation = b"|".join(
-            (b"(?i:" + re.escape(lit.encode()) + b")") if lit in self._caseless else re.escape(lit.encode())
-            for lit in literals
-        )
-        self._literal_re = re.compile(alternation) if literals else None
+        self._literal_re_cache: re.Pattern | None = None
+
+    @property
+    def _literal_re(self) -> re.Pattern | None:
+        """One alternation of every literal (the `re` engine, and grep's fallback)."""
+        if self._literal_re_cache is None and self._literals:
+            alternation = b"|".join(
+                (b"(?i:" + re.escape(lit.encode()) + b")") if lit in self._caseless else re.escape(lit.encode())
+                for lit in self._literals
+            )
+            self._literal_re_cache = re.compile(alternation)
+        return self._literal_re_cache
 
 
-    def candidate_lines(self, data: bytes) -> list[tuple[int, frozenset[int] | None]]:
+    def candidate_lines(
+        self, data: bytes, begin: int = 0, end: int | None = None
+    ) -> list[tuple[int, frozenset[int] | None]]:
         """Lines holding at least one literal: (start offset, ids of the literals found there).
 
-        Hyperscan reports every literal it finds, so the ids come for free; the `re` fallback
-        finds the lines only (ids None) and the literals are looked up per line afterwards.
+        Only data[begin:end] is searched (begin at a line start, end at a line end or the end of
+        data); offsets are into `data`.  Hyperscan and Aho-Corasick report every literal they
+        find, so the ids come for free; grep and `re` find the lines only (ids None) and the
+        literals are looked up per line afterwards.
         """
         if not self._literals:
             return []
-        accelerated = self._hs_db is not None
-        if accelerated:
+        end = len(data) if end is None else end
+        if begin >= end:
+            return []
+        view = memoryview(data)[begin:end] if (begin or end != len(data)) else data
+        with_ids = self._hs_db is not None or self._ac is not None
+        if self._hs_db is not None:
             found: list[tuple[int, int]] = []
 
-            def on_match(literal_id: int, _start: int, end: int, _flags: int, _ctx: Any) -> None:
-                found.append((end, literal_id))
+            def on_match(literal_id: int, _start: int, match_end: int, _flags: int, _ctx: Any) -> None:
+                found.append((match_end + begin, literal_id))
 
-            self._hs_db.scan(data, match_event_handler=on_match)
+            self._hs_db.scan(view if isinstance(view, bytes) else bytes(view), match_event_handler=on_match)
             found.sort()
+        elif self._ac is not None:
+            found = self._aho_corasick_matches(data, view, begin)
         else:
-            ends = self._grep_match_ends(data) if self._grep else None
+            ends = self._grep_match_ends(view if isinstance(view, bytes) else bytes(view)) if self._grep else None
             if ends is None:
-                ends = [m.end() for m in self._literal_re.finditer(data)]
-            found = [(end, -1) for end in ends]
+                ends = [m.end() - begin for m in self._literal_re.finditer(data, begin, end)]
+            found = [(e + begin, -1) for e in ends]
         lines: list[tuple[int, frozenset[int] | None]] = []
         line_end, start, ids = -1, 0, set()
-        for end, literal_id in found:
-            if end > line_end:
+        for match_end, literal_id in found:
+            if match_end > line_end:
                 if line_end >= 0:
-                    lines.append((start, frozenset(ids) if accelerated else None))
-                start = data.rfind(b"\n", 0, max(end - 1, 0)) + 1
-                next_newline = data.find(b"\n", end)
-                line_end = len(data) if next_newline < 0 else next_newline
+                    lines.append((start, frozenset(ids) if with_ids else None))
+                start = data.rfind(b"\n", begin, max(match_end - 1, 0)) + 1 or begin
+                next_newline = data.find(b"\n", match_end, end)
+                line_end = end if next_newline < 0 else next_newline
                 ids = set()
             ids.add(literal_id)
         if line_end >= 0:
-            lines.append((start, frozenset(ids) if accelerated else None))
+            lines.append((start, frozenset(ids) if with_ids else None))
         return lines
+
+    def _aho_corasick_matches(self, data: bytes, view, begin: int) -> list[tuple[int, int]]:
+        """(end offset in data, literal id) of every literal Aho-Corasick finds, in order."""
+        automaton, owners = self._ac
+        found = []
+        for pattern, start, stop in automaton.find_matches_as_indexes(view, overlapping=True):
+            literal_id, full = owners[pattern]
+            if full is not None:  # a caseless literal's head: check the whole literal
+                stop = start + len(full)
+                if data[begin + start : begin + stop].lower() != full:
+                    continue
+            found.append((stop + begin, literal_id))
+        found.sort()
+        return found
 
     def _grep_match_ends(self, data: bytes) -> list[int] | None:
         """End offsets of the literals GNU grep -F finds (None when grep fails: use `re`)."""
@@ -139,10 +199,12 @@ class Scanner:
         ends.sort()
         return ends
 
-    def scan(self, data: bytes, kind: str) -> list[Hit]:
+    def scan(self, data: bytes, kind: str, begin: int = 0, end: int | None = None, first_line: int = 1) -> list[Hit]:
+        """Hits of the lines that start in data[begin:end]; `first_line` is the number of the
+        line at `begin`.  Lines after `end` in data serve only as the `following` lines of rules."""
         hits: list[Hit] = []
-        lineno, position = 1, 0
-        for start, literal_ids in self.candidate_lines(data):
+        lineno, position = first_line, begin
+        for start, literal_ids in self.candidate_lines(data, begin, end):
             lineno += data.count(b"\n", position, start)
             position = start
             hits.extend(self.match_at(data, start, lineno, kind, literal_ids))
@@ -191,7 +253,10 @@ class Scanner:
         return [chosen[k] for k in sorted(chosen)]
 
     def _match_rule(self, rule: Rule, text: str, lineno: int, offset: int) -> Hit | None:
-        regex, unless = self._compiled[rule.id]
+        compiled = self._compiled.get(rule.id)
+        if compiled is None:
+            compiled = self._compiled[rule.id] = _compile_rule(rule)
+        regex, unless = compiled
         found = regex.search(text)
         if found is None or any(u.search(text) for u in unless):
             return None
@@ -229,6 +294,44 @@ def _hyperscan_db(literals: list[str], caseless: set[str]):
     flags = [hyperscan.HS_FLAG_CASELESS if lit in caseless else 0 for lit in literals]
     database.compile(expressions=expressions, ids=list(range(len(literals))), elements=len(literals), flags=flags)
     return database
+
+
+def _aho_corasick(literals: list[str], caseless: set[str]):
+    """The automaton and, per pattern, (literal id, the lowered literal to check or None)."""
+    patterns: list[bytes] = []
+    owners: list[tuple[int, bytes | None]] = []
+    for literal_id, literal in enumerate(literals):
+        raw = literal.encode()
+        if literal not in caseless:
+            patterns.append(raw)
+            owners.append((literal_id, None))
+            continue
+        for variant in _case_variants(raw):
+            patterns.append(variant)
+            owners.append((literal_id, raw.lower()))
+    automaton = ahocorasick_rs.BytesAhoCorasick(
+        patterns, matchkind=ahocorasick_rs.MATCHKIND_STANDARD, implementation=ahocorasick_rs.Implementation.DFA
+    )
+    return automaton, owners
+
+
+def _case_variants(raw: bytes) -> list[bytes]:
+    """Every ASCII case variant of raw's head holding at most CASELESS_HEAD_LETTERS letters."""
+    head, letters = bytearray(), 0
+    for byte in raw:
+        if 97 <= (byte | 32) <= 122:  # an ASCII letter
+            if letters == CASELESS_HEAD_LETTERS:
+                break
+            letters += 1
+        head.append(byte)
+    variants = [b""]
+    for byte in head:
+        if 97 <= (byte | 32) <= 122:
+            lower, upper = bytes([byte | 32]), bytes([byte & ~32])
+            variants = [v + c for v in variants for c in (lower, upper)]
+        else:
+            variants = [v + bytes([byte]) for v in variants]
+    return variants
 
 
 def _decode(data: bytes, start: int) -> str:
