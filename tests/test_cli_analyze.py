@@ -84,4 +84,5 @@ def test_rules_test_and_list():
     assert listed.returncode == 0 and "gpu.xid" in listed.stdout
     tested = run("rules", "test")
     assert tested.returncode == 0, tested.stdout
-    assert tested.stdout.strip().endswith(": 0 failed")
+    assert "examples: 0 failed" in tested.stdout
+    assert tested.stdout.strip().endswith("wordings: 0 not covered as stated")

@@ -74,8 +74,9 @@ def test_forged_xid_in_job_output_never_drains(tmp_path):
     diagnosis = analyze_path(job)
     assert diagnosis.drain == []
     assert diagnosis.quality != "confirmed"
-    # rank 5 runs on gpu03 (NCCL init lines), but a printed line alone names no hardware culprit
-    assert diagnosis.culprit_nodes == []
+    # rank 5 runs on gpu03 (NCCL init lines): the host is named, as `likely` and without a drain
+    assert diagnosis.culprit_nodes == ["gpu03"]
+    assert diagnosis.quality == "likely"
     assert any("only in the job's own output on gpu03" in note for note in diagnosis.notes)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from slurm_attrib.engine.events import Event, match_host
+from slurm_attrib.engine.events import Event
 from slurm_attrib.ingest.types import JobContext
 
 WINDOW_SLACK_BEFORE = 120.0  # seconds before the job start still inside the window (prolog, skew)
@@ -48,16 +48,6 @@ def link_xid_bursts(events: list[Event]) -> None:
                 burst_cause = event
             elif event.role == "symptom" and burst_cause is not None:
                 event.explained_by = burst_cause
-
-
-def peer_nodes(events: list[Event], known: set[str]) -> dict[str, str]:
-    """IP address -> node, from NCCL's own lines (`NET/IB : Using ... OOB ib0:IP`, `Bootstrap : Using`)."""
-    ip_to_node: dict[str, str] = {}
-    for event in sorted(events, key=lambda e: e.order):
-        ip = event.fields.get("ip")
-        if event.type == "nccl_ip" and ip and event.node:
-            ip_to_node.setdefault(ip, match_host(event.node, known))
-    return ip_to_node
 
 
 def explains(cause: Event, effect: Event) -> bool:

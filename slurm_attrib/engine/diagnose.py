@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from slurm_attrib.engine import assemble, correlate, reconcile
-from slurm_attrib.engine.events import Event, match_host
+from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.model import CoverageItem, Diagnosis, Drain
@@ -39,6 +40,8 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     correlate.apply_job_window(events, job)
     correlate.link_xid_bursts(events)
     reconcile.demote_teardown(events)
+    reconcile.demote_wrappers(events)
+    reconcile.termination_as_origin(events)
     reconcile.reconcile_with_job_state(events, job)
     reconcile.discard_contradicted_claims(events, evidence)
     reconcile.prefer_corroborating_kernel_events(events)
@@ -112,9 +115,39 @@ def _choose_primary(candidates: list[Event]) -> tuple[Event, list[Event]]:
             ties = sorted((c for c in untimed if c.strength == untimed[0].strength), key=_tie_key)
     else:
         ties = sorted((c for c in untimed if c.strength == untimed[0].strength), key=_tie_key)
-    primary = _most_specific_hardware(ties)
-    rivals = _independent_rivals(primary, [c for c in ties if c is not primary])
+    strongest_first = _most_specific_hardware(ties)
+    primary = _earlier_fault_on_same_component(strongest_first, candidates) or strongest_first
+    rivals = _independent_rivals(primary, [c for c in ties if c is not strongest_first and c is not primary])
     return primary, rivals
+
+
+def _earlier_fault_on_same_component(chosen: Event, candidates: list[Event]) -> Event | None:
+    """Time before strength: a weaker fault earlier on the same GPU (or the same node's same kind
+    of hardware) is the origin, and the stronger one that follows it is its consequence."""
+    if chosen.time is None or chosen.domain not in HARDWARE_PRECEDENCE or chosen.node is None:
+        return None
+    earlier = [
+        c
+        for c in candidates
+        if c is not chosen
+        and c.time is not None
+        and c.node == chosen.node
+        and c.trusted >= chosen.trusted
+        and _same_component(c, chosen)
+        and chosen.time - correlate.EXPLAIN_HORIZON <= c.time < chosen.time - _tolerance(c, chosen)
+    ]
+    if not earlier:
+        return None
+    first = min(earlier, key=lambda c: c.sort_key)
+    first.notes["led_to"] = chosen.title
+    return first
+
+
+def _same_component(a: Event, b: Event) -> bool:
+    pci_a, pci_b = a.fields.get("pci"), b.fields.get("pci")
+    if pci_a and pci_b:
+        return pci_a == pci_b
+    return a.domain == b.domain
 
 
 # Among equally strong hardware candidates that timing cannot order, the more specific component
@@ -214,10 +247,9 @@ def _culprits(verdict: Verdict, events: list[Event], nodes_without_logs: list[st
     if primary.category == "transport_error" and not primary.trusted:
         return _blamed_peer(events)
     if primary.domain in DRAINABLE_DOMAINS and not primary.trusted and primary.kind not in TRUSTED_KINDS:
-        # A hardware fault claimed only by lines the job's user controls names no culprit (a
-        # kernel log handed in as a job-level file still names its host; it never drains).
+        # A hardware fault claimed only by lines the job's user controls still names the host the
+        # lines establish, but only as `likely`, and never drains (drains need trusted evidence).
         verdict.notes.append(f"the fault is reported only in the job's own output{' on ' + primary.node if primary.node else ''}")
-        return []
     if primary.node:
         return [primary.node]
     if primary.domain == "application":
@@ -248,21 +280,35 @@ def _failed_nodes(events: list[Event], nodes_without_logs: list[str], last_seen:
 
 
 def _blamed_peer(events: list[Event]) -> list[str]:
-    """The far end of failing IB connections, when at least two other nodes name the same one."""
+    """The far end of failing connections, when at least two other nodes name the same one
+    (peers resolved by `events.resolve_nodes` through the IP and rank maps present)."""
     known = {e.node for e in events if e.node}
-    ip_to_node = correlate.peer_nodes(events, known)
     reporters: dict[str, set[str]] = defaultdict(set)
     for event in events:
-        named = event.fields.get("peer_ip") or event.fields.get("peer") or ""
-        peer = ip_to_node.get(named) or (match_host(named, known) if named and not named[0].isdigit() else None)
-        peer = peer if peer in known else None
-        if event.category == "transport_error" and peer and event.node and event.node != peer:
+        peer = event.notes.get("peer_node")
+        if event.category == "transport_error" and peer in known and event.node and event.node != peer:
             reporters[peer].add(event.node)
     blamed = sorted(peer for peer, nodes in reporters.items() if len(nodes) >= 2)
     return blamed if len(blamed) == 1 else []
 
 
+# Messages that hedge their own meaning ("might be caused by", "possibly"): never `confirmed`.
+HEDGED = re.compile(
+    r"\b(?:might|may|could|can) (?:also )?(?:be|have been) (?:caused|due|related)\b|\bpossibl[ey]\b|\bprobabl[ey]\b"
+    r"|\bperhaps\b|\bmay indicate\b|\bcould indicate\b|\bmight indicate\b|\bis likely (?:caused|due)\b|\bsuspect(?:ed)?\b",
+    re.IGNORECASE,
+)
+
+
 def _quality(verdict: Verdict, job: JobContext) -> str:
+    quality = _unhedged_quality(verdict, job)
+    if quality == "confirmed" and HEDGED.search(verdict.primary.text):
+        verdict.notes.append("the message hedges its own meaning")
+        return "likely"
+    return quality
+
+
+def _unhedged_quality(verdict: Verdict, job: JobContext) -> str:
     primary = verdict.primary
     if verdict.rivals:
         return "ambiguous"

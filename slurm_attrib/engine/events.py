@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +11,8 @@ from slurm_attrib.ingest.origin import line_origin
 from slurm_attrib.ingest.timestamps import (
     NO_TIME,
     LineTime,
+    boot_observations,
+    boot_times_from,
     last_time,
     parse_line_time,
     time_after,
@@ -60,28 +63,149 @@ INHERIT_LINES = 200
 def last_seen(evidence: Evidence, boot_times: dict[str, float]) -> dict[str, float]:
     """Per node, the latest time any of its own files wrote a line: when it was last alive."""
     year = evidence_year(evidence)
-    seen: dict[str, float] = {}
+    stamps = []
     for source in evidence.files:
-        if not source.node:
-            continue
-        stamp = last_time(source.data, year)
+        if source.node:
+            tail = b""
+            for block in source.blocks():
+                tail = _tail_lines(tail + block if len(block) < LAST_SEEN_BYTES else block)
+            stamps.append((source.node, last_time(tail, year)))
+    return _last_seen_from(stamps, boot_times)
+
+
+LAST_SEEN_BYTES = 1 << 20  # last_time reads at most 51 lines; a streamed file keeps this much of its end
+
+
+def _tail_lines(data: bytes, lines: int = 64) -> bytes:
+    """The end of data holding its last `lines` lines (at most LAST_SEEN_BYTES unless one line is longer)."""
+    position = len(data)
+    for _ in range(lines + 1):
+        position = data.rfind(b"\n", 0, position)
+        if position < 0 or len(data) - position > LAST_SEEN_BYTES:
+            return data if position < 0 else data[position + 1 :]
+    return data[position + 1 :]
+
+
+def _last_seen_from(stamps: list[tuple[str, LineTime]], boot_times: dict[str, float]) -> dict[str, float]:
+    seen: dict[str, float] = {}
+    for node, stamp in stamps:
         moment = stamp.wall
-        if moment is None and stamp.mono is not None and source.node in boot_times:
-            moment = boot_times[source.node] + stamp.mono
+        if moment is None and stamp.mono is not None and node in boot_times:
+            moment = boot_times[node] + stamp.mono
         if moment is not None:
-            seen[source.node] = max(moment, seen.get(source.node, moment))
+            seen[node] = max(moment, seen.get(node, moment))
     return seen
 
 
 def extract_events(evidence: Evidence, scanner: Scanner, boot_times: dict[str, float]) -> list[Event]:
+    return scan_evidence(evidence, scanner, boot_times).events
+
+
+@dataclass
+class ScanResult:
+    events: list[Event]
+    boot_times: dict[str, float]
+    last_seen: dict[str, float]
+
+
+WINDOW_CONTEXT_LINES = 256  # lines of the neighbouring blocks a window carries on each side
+WINDOW_CONTEXT_BYTES = 4 << 20  # ... at most this many bytes of them
+
+
+def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, float] | None = None) -> ScanResult:
+    """One pass over the evidence, one file at a time, a large file block by block: the events,
+    the nodes' boot times (`boot_times` when given, else estimated from the same pass) and when
+    each node was last seen.  Only one file's blocks are in memory at a time."""
     year = evidence_year(evidence)
-    events: list[Event] = []
+    observations: dict[str, list[float]] = {}
+    pending: list[tuple[list[Event], list[tuple[LineTime, Any]]]] = []
+    stamps: list[tuple[str, LineTime]] = []
     for index, source in enumerate(evidence.files):
-        clock = FileClock(source, year, boot_times.get(source.node) if source.node else None)
-        file_events = [_event_from_hit(hit, source, index, clock) for hit in scanner.scan(source.data, source.kind)]
+        clock = FileClock(source, year, None)
+        file_events: list[Event] = []
+        raw: list[tuple[LineTime, Any]] = []
+        tail = b""
+        for window in _windows(source.blocks()):
+            clock.enter(window.data, window.offset)
+            for hit in scanner.scan(window.data, source.kind, window.begin, window.end, window.first_line):
+                event, stamp = _event_from_hit(hit, source, index, clock, place=False)
+                file_events.append(event)
+                raw.append((stamp, hit.fields.get("at")))
+            if boot_times is None and source.kind in ("kernel", "syslog"):
+                boot_observations(window.data, window.begin, window.end, source.node, year, observations)
+            if window.last:
+                tail = window.data
+        if source.node:
+            stamps.append((source.node, last_time(tail, year)))
+        pending.append((file_events, raw))
+    boots = boot_times if boot_times is not None else boot_times_from(observations)
+    events: list[Event] = []
+    for file_events, raw in pending:
+        for event, (stamp, stated_at) in zip(file_events, raw):
+            _place_in_time(event, stamp, boots.get(event.node) if event.node else None, stated_at)
         _date_from_later_events(file_events)
         events.extend(file_events)
-    return events
+    return ScanResult(events, boots, _last_seen_from(stamps, boots))
+
+
+@dataclass(slots=True)
+class _Window:
+    data: bytes  # context before + body + context after
+    begin: int  # the body: data[begin:end], whole lines
+    end: int
+    offset: int  # offset of data[0] in the file's content
+    first_line: int  # number of the line at data[begin]
+    last: bool
+
+
+def _windows(blocks):
+    """Windows over line-aligned blocks: each block with up to WINDOW_CONTEXT_LINES lines of its
+    neighbours on both sides, so that look-backs and look-aheads cross block ends.  A file held
+    in one block gives one window, the block itself (no copy)."""
+    iterator = iter(blocks)
+    current = next(iterator, None)
+    before, offset, line = b"", 0, 1
+    while current is not None:
+        following = next(iterator, None)
+        while following is not None and not following:
+            following = next(iterator, None)
+        after = _head_lines(following) if following is not None else b""
+        if not before and not after:
+            data = current
+        else:
+            data = b"".join((before, current, after))
+        yield _Window(data, len(before), len(before) + len(current), offset - len(before), line, following is None)
+        line += current.count(b"\n")
+        offset += len(current)
+        before = _tail_context(before + current if len(current) < WINDOW_CONTEXT_BYTES else current)
+        del data
+        current = following
+
+
+def _head_lines(data: bytes) -> bytes:
+    """The first WINDOW_CONTEXT_LINES lines of data, within WINDOW_CONTEXT_BYTES."""
+    position = -1
+    for _ in range(WINDOW_CONTEXT_LINES):
+        found = data.find(b"\n", position + 1)
+        if found < 0:
+            return data if len(data) <= WINDOW_CONTEXT_BYTES else data[: position + 1]
+        if found + 1 > WINDOW_CONTEXT_BYTES:
+            break
+        position = found
+    return data[: position + 1]
+
+
+def _tail_context(data: bytes) -> bytes:
+    """The last WINDOW_CONTEXT_LINES lines of data (which ends at a line end), within WINDOW_CONTEXT_BYTES."""
+    position = len(data) - 1
+    for _ in range(WINDOW_CONTEXT_LINES):
+        found = data.rfind(b"\n", 0, max(position, 0))
+        if found < 0:
+            return data if len(data) <= WINDOW_CONTEXT_BYTES else data[position + 1 :]
+        if len(data) - found - 1 > WINDOW_CONTEXT_BYTES:
+            break
+        position = found
+    return data[position + 1 :]
 
 
 def _date_from_later_events(file_events: list[Event]) -> None:
@@ -100,31 +224,39 @@ class FileClock:
 
     An error printed without a time (a traceback, an NCCL WARN) comes in a burst that the next
     stamped line closes; the previous stamped line may be minutes older, so it is the fallback.
-    Hits come in file order, so one look-ahead serves every hit of a burst.
+    Hits come in file order, so one look-ahead serves every hit of a burst.  A streamed file is
+    seen through windows (enter()); offsets given to time_of are into the current window's data,
+    the look-ahead and look-back state is kept in file offsets.
     """
 
     def __init__(self, source: SourceFile, year: int | None, boot: float | None):
         self.source, self.year, self.boot = source, year, boot
-        self._ahead: tuple[int, LineTime] = (-1, NO_TIME)  # (offset the look-ahead covered to, result)
-        self._behind: tuple[int, LineTime] = (-1, NO_TIME)  # (offset of the last look-back, result)
+        self._data = b"" if source.streamed else source.data  # streamed: set by enter()
+        self._base = 0  # file offset of self._data[0]
+        self._ahead: tuple[int, LineTime] = (-1, NO_TIME)  # (file offset the look-ahead covered to, result)
+        self._behind: tuple[int, LineTime] = (-1, NO_TIME)  # (file offset of the last look-back, result)
+
+    def enter(self, data: bytes, base: int) -> None:
+        self._data, self._base = data, base
 
     def time_of(self, text: str, offset: int) -> tuple[float | None, float | None, bool]:
         """(wall time, seconds since boot, inherited) of the line at `offset`."""
+        stamp, inherited = self.stamp_of(text, offset)
+        time, mono = _place(stamp, self.boot)
+        return time, mono, inherited
+
+    def stamp_of(self, text: str, offset: int) -> tuple[LineTime, bool]:
+        """The line's own stamp, else the inherited one; and whether it was inherited."""
         stamp = parse_line_time(text, self.year)
-        inherited = False
         if stamp.wall is None and stamp.mono is None:
-            stamp = self._inherited(offset)
-            inherited = True
-        if stamp.wall is not None:
-            return stamp.wall, None, inherited
-        if stamp.mono is not None and self.boot is not None:
-            return self.boot + stamp.mono, stamp.mono, inherited
-        return None, stamp.mono, inherited
+            return self._inherited(offset), True
+        return stamp, False
 
     def _inherited(self, offset: int) -> LineTime:
         covered_to, found = self._ahead
-        if offset >= covered_to:
-            found, covered_to = time_after(self.source.data, offset, self.year, max_lines=INHERIT_LINES)
+        if offset + self._base >= covered_to:
+            found, covered_to = time_after(self._data, offset, self.year, max_lines=INHERIT_LINES)
+            covered_to += self._base
             self._ahead = (covered_to, found)
         if found.wall is None and found.mono is None:
             return self._behind_of(offset)
@@ -134,16 +266,36 @@ class FileClock:
         """Nearest stamped line above; only the lines since the previous look-back are read again."""
         previous_offset, previous = self._behind
         lines = INHERIT_LINES
-        if 0 <= previous_offset <= offset:
-            lines = min(lines, self.source.data.count(b"\n", previous_offset, offset) + 1)
-        found = time_before(self.source.data, offset, self.year, max_lines=lines)
+        if 0 <= previous_offset <= offset + self._base:
+            since = max(previous_offset - self._base, 0)
+            lines = min(lines, self._data.count(b"\n", since, offset) + 1)
+        found = time_before(self._data, offset, self.year, max_lines=lines)
         if found.wall is None and found.mono is None and previous_offset >= 0:
             found = previous
-        self._behind = (offset, found)
+        self._behind = (offset + self._base, found)
         return found
 
 
-def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock) -> Event:
+def _place(stamp: LineTime, boot: float | None) -> tuple[float | None, float | None]:
+    if stamp.wall is not None:
+        return stamp.wall, None
+    if stamp.mono is not None and boot is not None:
+        return boot + stamp.mono, stamp.mono
+    return None, stamp.mono
+
+
+def _place_in_time(event: Event, stamp: LineTime, boot: float | None, stated_at: Any) -> None:
+    event.time, event.mono = _place(stamp, boot)
+    if event.time_inherited and stated_at:
+        # A Slurm banner states its own moment: `CANCELLED AT 2026-12-02T13:00:00`.
+        stated = parse_line_time(str(stated_at), None).wall
+        if stated is not None:
+            event.time, event.time_inherited = stated, False
+
+
+def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, place: bool = True):
+    """The event of one hit, placed in time (or, with place=False, (event, its raw stamp) to be
+    placed once the nodes' boot times are known)."""
     first_line = hit.text.split("\n", 1)[0]
     event = Event(
         rule_id=hit.rule.id,
@@ -164,12 +316,9 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock) 
         fields=hit.fields,
         notes=dict(hit.notes),
     )
-    event.time, event.mono, event.time_inherited = clock.time_of(first_line, hit.offset)
-    if event.time_inherited and hit.fields.get("at"):
-        # A Slurm banner states its own moment: `CANCELLED AT 2026-12-02T13:00:00`.
-        stated = parse_line_time(str(hit.fields["at"]), None).wall
-        if stated is not None:
-            event.time, event.time_inherited = stated, False
+    stamp, event.time_inherited = clock.stamp_of(first_line, hit.offset)
+    if place:
+        _place_in_time(event, stamp, clock.boot, hit.fields.get("at"))
     event.body = _body(first_line, hit.rule.match.contains)
     origin = line_origin(first_line)
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host
@@ -179,7 +328,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock) 
     task = hit.fields.get("task")
     event.task = origin.task if origin.task is not None else (int(task) if str(task).isdigit() else None)
     event.node = source.node
-    return event
+    return event if place else (event, stamp)
 
 
 def _body(line: str, literals: list[str]) -> str:
@@ -210,20 +359,26 @@ def anchor_boot_clock(events: list[Event]) -> None:
             event.notes["time_from"] = "boot time from the same line in another log"
 
 
-def resolve_nodes(events: list[Event], job: JobContext) -> None:
-    """Give job-level events a node: from the host they name, else their rank or srun task.
+def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str] | None = None) -> None:
+    """Give job-level events a node: from the host they name, else their rank or srun task; and
+    name the peer a line blames (`notes["peer_node"]`) through every IP and rank map present.
 
-    Ranks map to nodes through NCCL's init lines and torchrun's root-cause table; srun tasks
-    through any line that shows both a task label and a host.
+    Ranks map to nodes through any line that shows both (NCCL init lines with their host prefix,
+    torchrun's root-cause table, `[rankN]:` lines with an NCCL prefix); srun tasks through any
+    line that shows both a task label and a host; IP addresses through NCCL's interface lines and
+    `getent`/`/etc/hosts`/`nslookup`-style output (`ip_hosts`).
     """
     known = set(job.nodes) | {e.node for e in events if e.node}
     # Job output is stored on one node (the batch host) but its lines come from every node:
     # what a line says about its origin wins; the file's node is only the fallback.
     stored_on = {id(e): e.node for e in events if e.kind == "app"}
+    _inherit_block_hosts(events)
     matched: dict[str, str] = {}
     for event in events:
         if event.kind == "app":
             event.node = None
+        if event.host and is_placeholder_host(event.host):
+            event.host = None
         if event.node is None and event.host:
             if event.host not in matched:
                 matched[event.host] = match_host(event.host, known)
@@ -231,7 +386,7 @@ def resolve_nodes(events: list[Event], job: JobContext) -> None:
     rank_to_node: dict[int, str] = {}
     task_to_node: dict[int, str] = {}
     for event in sorted(events, key=lambda e: e.order):
-        if event.node and event.rank is not None and event.type in ("nccl_rank", "elastic_root_cause"):
+        if event.node and event.host and event.rank is not None:
             rank_to_node.setdefault(event.rank, event.node)
         if event.node and event.task is not None:
             task_to_node.setdefault(event.task, event.node)
@@ -242,10 +397,58 @@ def resolve_nodes(events: list[Event], job: JobContext) -> None:
             event.node = task_to_node.get(event.task)
         if event.node is None:
             event.node = stored_on.get(id(event))
+    known = {e.node for e in events if e.node} | set(job.nodes)
+    ip_to_node = {ip: match_host(host, known) for ip, host in (ip_hosts or {}).items()}
+    for event in sorted(events, key=lambda e: e.order):
+        ip = event.fields.get("ip")
+        if event.type == "nccl_ip" and ip and event.node:
+            ip_to_node.setdefault(ip, event.node)
+    for event in events:
+        peer = _peer_of(event, ip_to_node, rank_to_node, known)
+        if peer and peer != event.node:
+            event.notes["peer_node"] = peer
+
+
+BLOCK_LINES = 60  # lines of one node's block in `scontrol show node` output
+
+
+def _inherit_block_hosts(events: list[Event]) -> None:
+    """Lines inside a `NodeName=X ...` block of `scontrol show node` output belong to node X."""
+    block: tuple[int, int, str] | None = None  # (file, line, host) of the open block
+    for event in sorted(events, key=lambda e: e.order):
+        if event.type == "node_block" and event.host:
+            block = (event.order[0], event.order[1], event.host)
+        elif block and event.host is None and event.order[0] == block[0] and event.order[1] - block[1] <= BLOCK_LINES:
+            event.host = block[2]
+
+
+def _peer_of(event: Event, ip_to_node: dict[str, str], rank_to_node: dict[int, str], known: set[str]) -> str | None:
+    """The node at the far end of a failing connection, when the line names it."""
+    named = str(event.fields.get("peer_ip") or event.fields.get("peer") or "").strip("[]")
+    if named:
+        address = named.rsplit(":", 1)[0] if named.count(":") == 1 else named
+        if address in ip_to_node:
+            return ip_to_node[address]
+        if not address[:1].isdigit() and not is_placeholder_host(address):
+            host = match_host(address.split(".", 1)[0], known)
+            return host if host in known else None
+    peer_rank = event.fields.get("peer_rank")
+    return rank_to_node.get(int(peer_rank)) if str(peer_rank).isdigit() else None
+
+
+# Names posters put where they redacted a hostname: `HOSTNAME`, `xxx`, `<node>`, `node`.
+_PLACEHOLDER_HOST = re.compile(
+    r"(?i)^[<\[{(]*(?:x+|\*+|host(?:name)?|node(?:name)?|server|machine|redacted|hidden|localhost|your[-_]?\w*|my[-_]?\w*)[>\]})]*$"
+)
+
+
+def is_placeholder_host(host: str) -> bool:
+    return bool(_PLACEHOLDER_HOST.match(host))
 
 
 def match_host(host: str, known: set[str]) -> str:
-    """A host as printed ('gpu03', 'gpu03.cluster', 'gpu03-ib0') matched to a known node name."""
+    """A host as printed ('gpu03', 'gpu03.cluster', 'gpu03-ib0', or a poster's shortened
+    'node-07' for 'prod-node-07') matched to a known node name."""
     if host in known or not known:
         return host
     short = host.split(".", 1)[0]
@@ -256,4 +459,10 @@ def match_host(host: str, known: set[str]) -> str:
             return node
         if node.split(".", 1)[0] == short:
             return node
-    return host
+    # A name shortened to its tail (or the tail of a longer name) names that node when only one fits.
+    tails = [n for n in known if _is_tail(short, n) or _is_tail(n, short)]
+    return tails[0] if len(tails) == 1 else host
+
+
+def _is_tail(tail: str, name: str) -> bool:
+    return len(tail) >= 3 and len(name) > len(tail) and name.endswith(tail) and name[-len(tail) - 1] in "-_."

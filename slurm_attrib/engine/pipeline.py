@@ -6,9 +6,9 @@ from functools import cache
 from pathlib import Path
 
 from slurm_attrib.engine.diagnose import diagnose
-from slurm_attrib.engine.events import anchor_boot_clock, extract_events, last_seen, resolve_nodes
+from slurm_attrib.engine.events import anchor_boot_clock, resolve_nodes, scan_evidence
+from slurm_attrib.ingest.hostmap import ip_host_pairs
 from slurm_attrib.ingest.layout import load_evidence
-from slurm_attrib.ingest.timestamps import estimate_boot_times
 from slurm_attrib.ingest.types import Evidence
 from slurm_attrib.model import Diagnosis
 from slurm_attrib.ruleset.loader import load_rules
@@ -21,12 +21,15 @@ def _scanner(rule_dirs: tuple[Path, ...]) -> Scanner:
 
 
 def analyze_evidence(evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> Diagnosis:
-    boot_times = estimate_boot_times(evidence)
-    events = extract_events(evidence, _scanner(rule_dirs), boot_times)
-    resolve_nodes(events, evidence.job)
+    # One pass, one file at a time (large files block by block): events, boot times, last seen.
+    scanned = scan_evidence(evidence, _scanner(rule_dirs))
+    events = scanned.events
+    # hostmap reads only small files (streamed ones are larger): do not read those again.
+    held = Evidence(evidence.root, evidence.job, [f for f in evidence.files if not f.streamed], evidence.coverage)
+    resolve_nodes(events, evidence.job, ip_host_pairs(held))
     anchor_boot_clock(events)
     fired = sorted({e.rule_id for e in events})
-    return diagnose(evidence, events, fired, last_seen(evidence, boot_times))
+    return diagnose(evidence, events, fired, scanned.last_seen)
 
 
 def load_any(path: Path) -> Evidence:

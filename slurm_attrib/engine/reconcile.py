@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 
+from slurm_attrib.engine.correlate import SKEW
 from slurm_attrib.engine.events import Event
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.vocab import DRAINABLE_DOMAINS
@@ -189,3 +190,66 @@ def demote_teardown(events: list[Event]) -> None:
         if event.role == "cause" and event.domain == "application" and line > done_at.get(file_index, 1 << 62):
             event.role = "context"
             event.notes["teardown"] = "after the job reported completion"
+
+
+# Notices that a job is being ended from outside or by its own plan.  When nothing failed before
+# one, it is the origin (as `likely`: only Slurm's own state or banner confirms a scheduler end):
+# torchrun's agent told to stop, srun tearing down a step, a requeue, a framework's preemption or
+# planned-duration notice (rules/termination.yaml, whose events carry their scheduler category).
+NOTICE_CATEGORY = {"agent_signal": "cancelled", "step_aborted": "cancelled", "srun_forced_termination": "cancelled"}
+REQUEUE_MESSAGES = {"JOB REQUEUE"}
+STOP_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "15", "2", "1", "3"}
+
+
+def termination_category(event: Event) -> str | None:
+    """The scheduler category a termination notice stands for, or None when it is none."""
+    if event.type == "termination_notice":
+        return event.category
+    if event.type == "slurm_step_end" and event.fields.get("msg") in REQUEUE_MESSAGES:
+        return "preempted"
+    if event.type == "agent_signal" and str(event.fields.get("signal", "SIGTERM")).upper() not in STOP_SIGNALS:
+        return None
+    return NOTICE_CATEGORY.get(event.type)
+
+
+def termination_as_origin(events: list[Event]) -> None:
+    """A termination that nothing failed before is the origin; what the job printed after it is teardown."""
+    notices = [e for e in events if e.role in ("symptom", "cause") and termination_category(e)]
+    if not notices:
+        return
+    first = min(notices, key=lambda e: (e.time if e.time is not None else float("inf"), e.order))
+    causes = [e for e in events if e.role == "cause" and e is not first]
+    if any(e.domain == "scheduler" or _maybe_before(e, first) for e in causes):
+        return  # Slurm's own banner or state decides, or something failed first
+    first.role, first.domain, first.category = "cause", "scheduler", termination_category(first)
+    first.strength = min(first.strength, 1) if first.type != "termination_notice" else first.strength
+    first.notes["termination"] = "nothing failed before this notice: the job was ended from outside or by plan"
+    for event in events:
+        if event.role == "cause" and event is not first and not (event.trusted and event.domain in DRAINABLE_DOMAINS):
+            event.role, event.explained_by = "symptom", first
+
+
+def _maybe_before(event: Event, notice: Event) -> bool:
+    """Whether an event may have come before the notice (unknown order counts as maybe)."""
+    if event.order[0] == notice.order[0] and (event.time is None or notice.time is None or event.time_inherited):
+        return event.order < notice.order
+    if event.time is None or notice.time is None:
+        return True
+    return event.time < notice.time + (0.0 if event.time_inherited or notice.time_inherited else SKEW)
+
+
+# Lines that only wrap another error (`terminate called after throwing an instance of ...`):
+# they never outrank the error they wrap, printed within a few lines of them.
+WRAPPER_TYPES = {"process_abort"}
+WRAPPER_REACH = 8
+
+
+def demote_wrappers(events: list[Event]) -> None:
+    wrapped = [e for e in events if e.role == "cause" and e.type not in WRAPPER_TYPES and e.category]
+    for event in events:
+        if event.role != "cause" or event.type not in WRAPPER_TYPES:
+            continue
+        inner = [w for w in wrapped if w.order[0] == event.order[0] and abs(w.order[1] - event.order[1]) <= WRAPPER_REACH]
+        if inner:
+            event.role, event.explained_by = "symptom", min(inner, key=lambda w: w.order)
+            event.notes["wrapper"] = "wraps the error printed next to it"
