@@ -45,7 +45,11 @@ cleanup() { [ "$created_policy" = 1 ] && rm -f "$policy"; return 0; }
 trap cleanup EXIT
 
 echo "testcluster/install.sh: installing ${PKGS[*]}"
-apt-get update -qq
+# Where apt's helper cannot find gpgv on its PATH, tell apt where it is (signatures are still checked).
+apt_opts=()
+gpgv_path=$(command -v gpgv || true)
+[ -n "$gpgv_path" ] && apt_opts=(-o "Apt::Key::gpgvcommand=$gpgv_path")
+apt-get "${apt_opts[@]}" update -qq
 apt-get install -y -qq --no-install-recommends \
     -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
     "${PKGS[@]}" >/dev/null
