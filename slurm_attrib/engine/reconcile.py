@@ -222,7 +222,6 @@ def termination_as_origin(events: list[Event]) -> None:
     if any(e.domain == "scheduler" or _maybe_before(e, first) for e in causes):
         return  # Slurm's own banner or state decides, or something failed first
     first.role, first.domain, first.category = "cause", "scheduler", termination_category(first)
-    first.strength = min(first.strength, 1) if first.type != "termination_notice" else first.strength
     first.notes["termination"] = "nothing failed before this notice: the job was ended from outside or by plan"
     for event in events:
         if event.role == "cause" and event is not first and not (event.trusted and event.domain in DRAINABLE_DOMAINS):
