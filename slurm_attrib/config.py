@@ -31,6 +31,7 @@ class SourceConfig:
     max_bytes: int = 8 * 1024 * 1024
     prefilter: bool = True  # keep only lines holding a rule literal (plus a little context)
     enabled: bool = True
+    max_files: int = 32  # a glob path: at most this many files (the newest)
 
 
 @dataclass(frozen=True)

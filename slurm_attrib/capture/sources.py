@@ -33,7 +33,12 @@ Special names (their path may be left empty):
   job_stdout / job_stderr   path from SLURM_JOB_STDOUT/ERR with Slurm's %-patterns; read only on
                             the batch host; the file must be a regular file owned by the job's
                             uid, opened with O_NOFOLLOW
-  flight_recorder           glob; presence, size and mtime of each file only (no content)
+  flight_recorder           glob (default /tmp/nccl_trace_rank_*) of PyTorch flight-recorder dumps:
+                            files modified inside the job window (a minute's slack), at most
+                            max_files of them (newest first) and max_bytes in all, owned by the
+                            job's uid, are summarised on the node into `sattrib-fr ...` text lines
+                            (capture.frdump, restricted unpickler: no code runs); presence, size
+                            and mtime of every matching file are listed too
   ib_counters               sysfs InfiniBand port counters and state (deltas vs the prolog)
 Any other app-kind path source is user-written and gets the same ownership checks as job output.
 """
@@ -88,7 +93,10 @@ def default_sources() -> list[SourceConfig]:
         SourceConfig(name="job_stdout", kind="app", timeout=4.0, max_bytes=64 * 1024 * 1024),
         SourceConfig(name="job_stderr", kind="app", timeout=4.0, max_bytes=64 * 1024 * 1024),
         SourceConfig(name="nccl_debug", kind="app", path="", timeout=2.0),
-        SourceConfig(name="flight_recorder", kind="app", path="/tmp/nccl_trace_rank_*", timeout=1.0),
+        SourceConfig(
+            name="flight_recorder", kind="app", path="/tmp/nccl_trace_rank_*", timeout=3.0,
+            max_bytes=64 * 1024 * 1024, max_files=16, prefilter=False,
+        ),
         SourceConfig(
             name="nvidia_smi",
             kind="nvidia_smi",
@@ -670,7 +678,7 @@ def _capture_one(src, ctx, literals, deadline, procs, keep_budget) -> list[dict]
         if src.name in ("job_stdout", "job_stderr") and not src.command:
             return [_job_output(src, ctx, res, sink_factory, deadline)]
         if src.name == "flight_recorder":
-            return [_presence(src, ctx, res)]
+            return [_flight_recorder(src, ctx, res, deadline)]
         if src.name == "ib_counters":
             return [ctx["ib_source"](src, res)]
         if src.command:
@@ -689,7 +697,7 @@ def _capture_one(src, ctx, literals, deadline, procs, keep_budget) -> list[dict]
             return [res]
         path = _expand(src.path, ctx)
         if glob.has_magic(path):
-            files = sorted(glob.glob(path), key=_mtime, reverse=True)[:MAX_GLOB_FILES]
+            files = sorted(glob.glob(path), key=_mtime, reverse=True)[: max(1, min(src.max_files, 256))]
             if not files:
                 res["status"], res["detail"], res["origin"] = "missing", f"no file matches {path}", path
                 return [res]
@@ -750,18 +758,96 @@ def _job_output(src, ctx, res, sink_factory, deadline) -> dict:
     return res
 
 
-def _presence(src, ctx, res) -> dict:
+FR_WINDOW_SLACK = 60.0  # seconds around the job window for a dump's mtime
+# One dump is loaded whole: a 5 MB dump (2,000 entries with stack traces, torch's default
+# buffer) takes ~0.1 s and ~18 MB; larger ones are listed, not read (epilog time and memory).
+FR_MAX_FILE_BYTES = 16 * 1024 * 1024
+
+
+def _flight_recorder(src, ctx, res, deadline: float) -> dict:
+    """Summarise the flight-recorder dumps of this job into text lines (never raises, bounded:
+    max_files newest files modified in the job window, max_bytes read in all, the deadline
+    checked before each file; a corrupt or refused dump is listed with its status)."""
     pattern = _expand(src.path or "/tmp/nccl_trace_rank_*", ctx)
     res["origin"] = pattern
-    files = []
-    for path in sorted(glob.glob(pattern))[:256]:
+    res["filter"] = "none"
+    start, end = ctx.get("start"), ctx.get("end")
+    lo = float(start) - FR_WINDOW_SLACK if isinstance(start, (int, float)) and ctx.get("start_from") != "boot" else None
+    hi = float(end) + FR_WINDOW_SLACK if isinstance(end, (int, float)) else None
+    found = []
+    for path in glob.glob(pattern)[:4096]:
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        files.append({"path": path, "size": st.st_size, "mtime": st.st_mtime, "uid": st.st_uid})
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        found.append((path, st))
+    found.sort(key=lambda item: (-item[1].st_mtime, item[0]))
+    files, lines = [], []
+    budget = max(0, int(src.max_bytes))
+    taken = 0
+    for path, st in found[:256]:
+        entry = {"path": path, "size": st.st_size, "mtime": st.st_mtime, "uid": st.st_uid}
+        files.append(entry)
+        if (lo is not None and st.st_mtime < lo) or (hi is not None and st.st_mtime > hi):
+            entry["status"] = "skipped: modified outside the job window"
+            continue
+        if taken >= max(1, int(src.max_files)):
+            entry["status"] = f"skipped: more than {src.max_files} files"
+            continue
+        if time.monotonic() > deadline:
+            entry["status"] = "skipped: source time bound reached"
+            continue
+        if st.st_size > min(budget, FR_MAX_FILE_BYTES):
+            entry["status"] = f"skipped: {st.st_size} bytes over the byte budget left ({budget})"
+            continue
+        taken += 1
+        entry["status"] = _summarise_dump(path, st.st_size, src, ctx, lines)
+        budget -= st.st_size
+        res["bytes_read"] += st.st_size
     res["files"] = files
-    res["status"] = "ok" if files else "missing"
-    res["detail"] = f"{len(files)} file(s); presence and size only" if files else f"no file matches {pattern}"
-    res["filter"] = "none"
+    res["lines"] = [[i + 1, text] for i, text in enumerate(lines)]
+    res["lines_total"] = res["lines_kept"] = len(lines)
+    if not files:
+        res["status"], res["detail"] = "missing", f"no file matches {pattern}"
+    else:
+        res["status"] = "ok"
+        res["detail"] = f"{len(files)} file(s), {taken} summarised, {len(lines)} summary line(s)"
     return res
+
+
+def _fr():
+    from slurm_attrib.capture import frdump
+
+    return frdump
+
+
+def _summarise_dump(path: str, size: int, src, ctx, lines: list) -> str:
+    frdump = _fr()
+    rank = frdump.rank_from_name(os.path.basename(path))
+    if rank is None:
+        return "skipped: no rank in the file name"
+    probe = {"status": "", "detail": ""}
+    fd = _open_checked(path, src, ctx, probe)
+    if fd is None:
+        return f"{probe['status']}: {probe['detail']}"
+    try:
+        chunks, total = [], 0
+        while total <= size:
+            data = os.read(fd, CHUNK)
+            if not data:
+                break
+            chunks.append(data)
+            total += len(data)
+    except OSError as exc:
+        return f"error: read failed: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
+    dump = frdump.load_dump(b"".join(chunks))
+    del chunks
+    if dump is None:
+        return "unreadable: not a flight-recorder dump (corrupt, truncated or refused content)"
+    summary = frdump.summary_lines(rank, dump)
+    lines.extend(summary)
+    return f"ok: rank {rank}, {len(summary)} line(s)"
