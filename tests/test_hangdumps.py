@@ -311,3 +311,41 @@ def test_cli_still_diagnoses_with_corrupt_dumps(tmp_path):
     assert "Traceback" not in done.stderr
     assert json.loads(done.stdout)["category"]
     assert not marker.exists()
+
+
+def analyze(root: Path) -> dict:
+    done = subprocess.run([sys.executable, "-m", "slurm_attrib", "analyze", str(root), "--format", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_analyze_names_the_node_of_the_rank_behind(tmp_path):
+    write_pickles(tmp_path, {0: fr_dump(12), 1: fr_dump(12), 2: fr_dump(11, "completed"), 3: fr_dump(12)})
+    job_log(tmp_path)
+    result = analyze(tmp_path)
+    assert (result["domain"], result["category"]) == ("unknown", "hang_unattributed")
+    assert result["culprit_nodes"] == ["gpu02"] and result["quality"] == "likely"
+    assert result["drain"] == []
+    assert "rank 2" in result["summary"] and "gpu02" in result["summary"]
+    causes = [line for line in result["evidence"] if line["role"] == "cause"]
+    assert causes and causes[0]["source"] == "gpu02/nccl_trace_rank_2" and causes[0]["node"] == "gpu02"
+    assert result["cause"]["rule"] == "hang.dumps" and result["cause"]["nodes"] == ["gpu02"]
+
+
+def test_analyze_calls_a_collective_mismatch_a_program_error(tmp_path):
+    dumps = {r: fr_dump(12) for r in range(4)}
+    dumps[3] = fr_dump(12, ops={12: "nccl:all_gather"})
+    write_pickles(tmp_path, dumps)
+    job_log(tmp_path)
+    result = analyze(tmp_path)
+    assert (result["domain"], result["category"]) == ("application", "nccl_usage")
+    assert result["culprit_nodes"] == ["gpu02"] and result["drain"] == []
+    assert "different collectives" in result["summary"]
+
+
+def test_analyze_without_dumps_keeps_the_hang_unattributed(tmp_path):
+    job_log(tmp_path)
+    result = analyze(tmp_path)
+    assert result["category"] == "hang_unattributed" and result["culprit_nodes"] == []
+    assert result["cause"] is None

@@ -51,6 +51,25 @@ def cause_of(event: Event, verdict: Verdict) -> Cause:
     )
 
 
+HANG_DUMP_RULE = "hang.dumps"  # the rule id of lines read by ingest.hangdumps
+
+
+def cause_of_hang(verdict: Verdict) -> Cause | None:
+    found = verdict.hang
+    if found is None:
+        return None
+    ranks = ", ".join(str(r) for r in found.ranks)
+    return Cause(
+        domain=verdict.domain,
+        category=verdict.category,
+        nodes=verdict.culprits,
+        rule=HANG_DUMP_RULE,
+        title=f"Rank {ranks} singled out by the hang dumps" if len(found.ranks) == 1 else f"Ranks {ranks} singled out by the hang dumps",
+        trusted=False,
+        detail=found.reason,
+    )
+
+
 def _gpu(event: Event) -> Gpu:
     return Gpu(node=event.node, pci_bus_id=event.fields["pci"], xid=event.fields.get("xid"))
 
@@ -109,7 +128,7 @@ def timeline(events: list[Event], verdict: Verdict) -> list[TimelineEntry]:
     ]
 
 
-def evidence_lines(events: list[Event], verdict: Verdict) -> list[EvidenceLine]:
+def evidence_lines(events: list[Event], verdict: Verdict, source_nodes: dict[str, str | None] | None = None) -> list[EvidenceLine]:
     primary = verdict.primary
     causes = [primary, *verdict.rivals] if primary else []
     if primary:
@@ -126,8 +145,8 @@ def evidence_lines(events: list[Event], verdict: Verdict) -> list[EvidenceLine]:
     context = [e for e in sorted(events, key=lambda e: e.sort_key) if e.role == "context"][:MAX_CONTEXT_LINES]
     if not primary:
         context += [e for e in events if e.role == "cause"][:MAX_CONTEXT_LINES]
-    lines = []
-    shown: set[tuple[str, int]] = set()
+    lines = _hang_dump_lines(verdict, source_nodes or {})
+    shown: set[tuple[str, int]] = {(line.source, line.line) for line in lines}
     for role, group in (("cause", causes), ("symptom", symptoms), ("context", context)):
         for event in group:
             if (event.source, event.line) in shown:
@@ -146,6 +165,15 @@ def evidence_lines(events: list[Event], verdict: Verdict) -> list[EvidenceLine]:
                 )
             )
     return lines
+
+
+def _hang_dump_lines(verdict: Verdict, source_nodes: dict[str, str | None]) -> list[EvidenceLine]:
+    if verdict.hang is None:
+        return []
+    return [
+        EvidenceLine(node=source_nodes.get(source), source=source, line=line, time=None, text=text[:500], role="cause", rule=HANG_DUMP_RULE)
+        for source, line, text in verdict.hang.evidence[:MAX_SYMPTOM_LINES]
+    ]
 
 
 def outcome(job: JobContext) -> Outcome:

@@ -77,6 +77,8 @@ def _event_words(event: "Event", culprits: list[str] | None = None) -> str:
 def summary_for(verdict: "Verdict", symptoms: list[SymptomGroup], job: "JobContext") -> str:
     job_words = f"Job {job.job_id}" if job.job_id else "The job"
     if verdict.primary is None:
+        if verdict.hang is not None:
+            return _hang_dump_summary(job_words, verdict)
         if verdict.category == "success":
             return f"{job_words} shows no failure."
         if verdict.category == "hang_unattributed" and verdict.culprits:
@@ -100,9 +102,24 @@ def summary_for(verdict: "Verdict", symptoms: list[SymptomGroup], job: "JobConte
     return f"{job_words} failed, {QUALITY_WORDS.get(verdict.quality, 'caused by')} {_event_words(primary, verdict.culprits)}{at}{tail}."
 
 
+def _hang_dump_summary(job_words: str, verdict: "Verdict") -> str:
+    ranks = verdict.hang.ranks
+    who = (f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks)))
+    where = f" on {', '.join(verdict.culprits)}" if verdict.culprits else ""
+    if verdict.hang.kind == "mismatch":
+        return f"{job_words} hung because its ranks called different collectives; {who}{where} diverged from the others. {verdict.hang.reason}"
+    return f"{job_words} hung in a collective; {who}{where} is the likely origin. {verdict.hang.reason}"
+
+
 def actions_for(verdict: "Verdict", drains: list[Drain]) -> list[Action]:
     actions: list[Action] = []
     primary = verdict.primary
+    if primary is None and verdict.hang is not None:
+        if verdict.hang.kind == "mismatch":
+            actions.append(Action(who="user", text="Make every rank call the same collectives in the same order with the same sizes (a rank-dependent branch, uneven data or a skipped step); the dumps show where they diverged"))
+        else:
+            actions.append(Action(who="user", text="Look at what the suspect rank was doing (its stack, its data loader, its node's health) before resubmitting; resubmit excluding its node if it hangs again"))
+        return actions
     if primary is None:
         if verdict.category == "hang_unattributed":
             actions.append(Action(who="user", text="Enable the PyTorch flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) and NCCL_DEBUG=WARN to locate the hang next time"))
