@@ -10,6 +10,7 @@ START, END = "2026-12-02T13:00:00Z", "2026-12-02T13:30:00Z"
 
 
 def write_job(root: Path, files: dict[str, str], state="FAILED", nodes=NODES) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
     (root / "job.json").write_text(
         json.dumps({"job_id": "77", "state": state, "exit_code": "1:0", "start": START, "end": END, "nodes": nodes})
     )
@@ -237,3 +238,52 @@ def test_oom_kills_on_two_nodes_within_a_second_are_ambiguous(tmp_path):
     diagnosis = analyze_path(write_job(tmp_path, {"gpu01/dmesg.txt": oom.format(s=0), "gpu02/dmesg.txt": oom.format(s=1)}))
     assert (diagnosis.category, diagnosis.quality) == ("host_oom", "ambiguous")
     assert diagnosis.culprit_nodes == ["gpu01", "gpu02"] and diagnosis.drain == []
+
+
+def xid31(pid: int, pci: str = "0000:db:00", minute: int = 5) -> str:
+    return (f"2026-12-02T13:{minute:02d}:00,000000+00:00 NVRM: Xid (PCI:{pci}): 31, pid={pid}, Ch 00000008, intr 00000000. "
+            "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_10 faulted @ 0x7fd7_90743000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ\n")
+
+
+def test_xid31_recurring_on_one_gpu_across_processes_suspects_the_gpu(tmp_path):
+    dmesg = "".join(xid31(pid, minute=m) for m, pid in ((5, 100), (8, 200), (11, 300)))
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu02/dmesg.txt": dmesg}))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("gpu", "gpu_hardware_other", "likely")
+    assert diagnosis.culprit_nodes == ["gpu02"] and diagnosis.drain == []
+    assert any("3 different processes" in note for note in diagnosis.notes)
+
+
+def test_xid31_from_one_process_or_on_every_gpu_stays_the_application(tmp_path):
+    same_process = "".join(xid31(100, minute=m) for m in (5, 8, 11))
+    diagnosis = analyze_path(write_job(tmp_path / "a", {"gpu02/dmesg.txt": same_process}))
+    assert (diagnosis.domain, diagnosis.category) == ("application", "cuda_error")
+    every_gpu = "".join(xid31(pid, pci, m) for pci in ("0000:3b:00", "0000:db:00") for m, pid in ((5, 100), (8, 200), (11, 300)))
+    diagnosis = analyze_path(write_job(tmp_path / "b", {"gpu02/dmesg.txt": every_gpu}))
+    assert (diagnosis.domain, diagnosis.category) == ("application", "cuda_error")
+
+
+IB_FLUSH = ("{node}:7038:7053 [0] transport/net_ib.cc:1007 NCCL WARN NET/IB : Got completion from peer 10.1.32.3<42519> "
+            "with error 5, opcode 0, len 0, vendor err 249\n")
+
+
+def test_only_flushed_ib_completions_are_a_likely_transport_error(tmp_path):
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": IB_FLUSH.format(node="gpu03")}))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("network", "transport_error", "likely")
+    assert diagnosis.drain == []
+
+
+def test_a_flush_after_a_real_cause_stays_its_symptom(tmp_path):
+    files = {"gpu01/dmesg.txt": XID79, "slurm-77.out": IB_FLUSH.format(node="gpu03")}
+    diagnosis = analyze_path(write_job(tmp_path, files))
+    assert (diagnosis.domain, diagnosis.category) == ("gpu", "gpu_fell_off_bus")
+
+
+def test_an_oom_without_a_host_names_the_only_node_of_the_job(tmp_path):
+    out = "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=77.0. Some of your processes may have been killed by the cgroup out-of-memory handler.\n"
+    diagnosis = analyze_path(write_job(tmp_path / "one", {"slurm-77.out": out}, nodes=["gpu03"]))
+    assert (diagnosis.category, diagnosis.culprit_nodes) == ("host_oom", ["gpu03"])
+    diagnosis = analyze_path(write_job(tmp_path / "many", {"slurm-77.out": out}))
+    assert (diagnosis.category, diagnosis.culprit_nodes) == ("host_oom", [])
+    srun = out + "srun: error: gpu02: task 3: Out Of Memory\n"
+    diagnosis = analyze_path(write_job(tmp_path / "srun", {"slurm-77.out": srun}))
+    assert (diagnosis.category, diagnosis.culprit_nodes) == ("host_oom", ["gpu02"])

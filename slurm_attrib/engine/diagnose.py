@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from slurm_attrib.engine import assemble, correlate, reconcile
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
+from slurm_attrib.ingest.hangdumps import HangFinding, hang_finding
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.model import CoverageItem, Diagnosis, Drain
 from slurm_attrib.vocab import DRAINABLE_DOMAINS, TRUSTED_KINDS
@@ -31,6 +32,7 @@ class Verdict:
     rivals: list[Event] = field(default_factory=list)
     systemic: bool = False
     notes: list[str] = field(default_factory=list)
+    hang: HangFinding | None = None  # the rank a hang began from, read from stack or flight-recorder dumps
 
 
 def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], last_seen: dict[str, float]) -> Diagnosis:
@@ -39,6 +41,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     reconcile.date_node_failures(events, last_seen)
     correlate.apply_job_window(events, job)
     correlate.link_xid_bursts(events)
+    correlate.recurring_application_xids(events)
     reconcile.demote_teardown(events)
     reconcile.demote_wrappers(events)
     reconcile.termination_as_origin(events)
@@ -46,7 +49,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     reconcile.discard_contradicted_claims(events, evidence)
     reconcile.prefer_corroborating_kernel_events(events)
     reconcile.discount_recovered_storage(events)
-    verdict = _judge(events, job, evidence.nodes_without_logs(), last_seen)
+    verdict = _judge(events, evidence, last_seen)
     drains = _drains(verdict, job)
     symptoms = assemble.symptom_groups(events)
     return Diagnosis(
@@ -55,10 +58,10 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
         culprit_nodes=verdict.culprits,
         quality=verdict.quality,
         drain=drains,
-        evidence=assemble.evidence_lines(events, verdict),
+        evidence=assemble.evidence_lines(events, verdict, {f.rel: f.node for f in evidence.files}),
         summary=summary_for(verdict, symptoms, job),
         outcome=assemble.outcome(job),
-        cause=assemble.cause_of(verdict.primary, verdict) if verdict.primary else None,
+        cause=assemble.cause_of(verdict.primary, verdict) if verdict.primary else assemble.cause_of_hang(verdict),
         alternatives=[assemble.cause_of(e, verdict) for e in assemble.alternatives(events, verdict)],
         systemic=verdict.systemic,
         gpus=assemble.gpus(events, verdict),
@@ -71,24 +74,66 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     )
 
 
-def _judge(events: list[Event], job: JobContext, nodes_without_logs: list[str], last_seen: dict[str, float]) -> Verdict:
-    candidates = [e for e in events if e.role == "cause"]
+def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float]) -> Verdict:
+    job, nodes_without_logs = evidence.job, evidence.nodes_without_logs()
+    candidates = [e for e in events if e.role == "cause"] or _flushed_transfers(events) or _mismatched_collectives(events)
     if not candidates:
-        return _judge_without_cause(events, job)
+        return _judge_without_cause(events, evidence)
     primary, rivals = _choose_primary(candidates)
     if _after_the_hang(primary, events):
         primary.notes["after_hang"] = "began after the collectives had stalled: it cannot explain them"
-        return _judge_without_cause(events, job)
+        return _judge_without_cause(events, evidence)
     _link_symptoms(events, primary)
     verdict = Verdict(domain=primary.domain, category=primary.category or "no_evidence", quality="likely")
     verdict.primary, verdict.rivals = primary, rivals
     peer = _blamed_peer(events) if primary.category == "transport_error" and not primary.trusted else []
     verdict.systemic = not peer and _is_systemic(candidates, primary)
-    verdict.culprits = _culprits(verdict, events, nodes_without_logs, last_seen)
+    verdict.culprits = _culprits(verdict, events, job, nodes_without_logs, last_seen)
     verdict.quality = _quality(verdict, job)
+    for note in ("recurrence", "mismatch", "only_follow_on"):
+        if note in primary.notes:
+            verdict.notes.append(primary.notes[note])
     if primary.time is None and primary.type != "job_state":
         verdict.notes.append("the cause has no wall-clock time (seconds since boot with no anchor, or no time at all): it cannot be placed in the job's window")
     return verdict
+
+
+def _flushed_transfers(events: list[Event]) -> list[Event]:
+    """With no cause at all, failed IB work completions that only follow another failure
+    (IBV_WC_WR_FLUSH_ERR, REM_ABORT_ERR) still show an RDMA transfer failed: the earliest is the
+    origin we can see (strength 1, so `likely` at most, never drained)."""
+    flushed = [e for e in events if e.role == "symptom" and e.notes.get("ib_status_name") and e.category == "transport_error"
+               and "outside_window" not in e.notes]
+    if not flushed:
+        return []
+    first = min(flushed, key=lambda e: e.sort_key)
+    first.role, first.strength = "cause", 1
+    first.notes["only_follow_on"] = "only follow-on completion errors were found: the failure that preceded them left no line"
+    return [first]
+
+
+P2P_OPS = {"SEND", "RECV", "COALESCED", "UNKNOWN"}  # point-to-point ops pair different op types by design
+
+
+def _mismatched_collectives(events: list[Event]) -> list[Event]:
+    """Ranks that timed out in the same collective (process group, sequence number) but in a
+    different operation called different collectives: the program desynchronised its ranks (a
+    rank-dependent branch, an uneven stop).  The first such timeout is the cause (likely)."""
+    by_collective: dict[tuple, dict[str, list[Event]]] = defaultdict(lambda: defaultdict(list))
+    for event in events:
+        op, seq = event.fields.get("op"), event.fields.get("seq")
+        if event.type == "collective_timeout" and op and seq is not None and str(op).upper() not in P2P_OPS:
+            by_collective[(event.fields.get("pg") or 0, seq)][str(op).upper()].append(event)
+    for (pg, seq), ops in sorted(by_collective.items(), key=lambda item: str(item[0])):
+        if len(ops) < 2:
+            continue
+        first = min((e for group in ops.values() for e in group), key=lambda e: e.sort_key)
+        first.role, first.domain, first.category, first.strength = "cause", "application", "nccl_usage", 1
+        shown = "; ".join(f"{op} on rank(s) {', '.join(str(e.rank) for e in group if e.rank is not None) or '?'}"
+                          for op, group in sorted(ops.items()))
+        first.notes["mismatch"] = f"collective {seq} of process group {pg} timed out as different operations ({shown}): the ranks called different collectives"
+        return [first]
+    return []
 
 
 def _after_the_hang(primary: Event, events: list[Event]) -> bool:
@@ -236,7 +281,7 @@ def _is_systemic(candidates: list[Event], primary: Event) -> bool:
     return len(nodes) >= (2 if primary.domain == "storage" else SYSTEMIC_MIN_NODES)
 
 
-def _culprits(verdict: Verdict, events: list[Event], nodes_without_logs: list[str], last_seen: dict[str, float]) -> list[str]:
+def _culprits(verdict: Verdict, events: list[Event], job: JobContext, nodes_without_logs: list[str], last_seen: dict[str, float]) -> list[str]:
     primary = verdict.primary
     if verdict.systemic or primary.domain == "scheduler" or primary.notes.get("no_culprit"):
         return []
@@ -244,7 +289,7 @@ def _culprits(verdict: Verdict, events: list[Event], nodes_without_logs: list[st
         return sorted({primary.node, *(r.node for r in verdict.rivals)} - {None})
     if primary.category == "node_failure":
         return _failed_nodes(events, nodes_without_logs, last_seen)
-    if primary.category == "transport_error" and not primary.trusted:
+    if primary.category == "transport_error" and not primary.trusted and primary.type not in LOCAL_TRANSPORT_TYPES:
         return _blamed_peer(events)
     if primary.domain in DRAINABLE_DOMAINS and not primary.trusted and primary.kind not in TRUSTED_KINDS:
         # A hardware fault claimed only by lines the job's user controls still names the host the
@@ -252,10 +297,32 @@ def _culprits(verdict: Verdict, events: list[Event], nodes_without_logs: list[st
         verdict.notes.append(f"the fault is reported only in the job's own output{' on ' + primary.node if primary.node else ''}")
     if primary.node:
         return [primary.node]
+    same = _nodes_of_same_failure(primary, events)
+    if len(same) == 1:
+        return same
     if primary.domain == "application":
         roots = [e for e in events if e.type == "elastic_root_cause" and e.node]
-        return sorted({min(roots, key=lambda e: e.order).node}) if roots else []
+        if roots:
+            return [min(roots, key=lambda e: e.order).node]
+    if len(job.nodes) == 1 and primary.category in NODE_LOCAL_CATEGORIES:
+        return list(job.nodes)  # the job ran on one node: the failure happened there
     return []
+
+
+# Transport errors the node's own HCA raised about its own queue pairs: the node is named, not a peer.
+LOCAL_TRANSPORT_TYPES = frozenset({"ib_async_fatal"})
+# Failures that happen on the node the process ran on (not in the program's logic).
+NODE_LOCAL_CATEGORIES = frozenset({"host_oom", "gpu_oom", "app_killed_signal", "cuda_error"})
+
+
+def _nodes_of_same_failure(primary: Event, events: list[Event]) -> list[str]:
+    """Nodes of the other lines reporting the same failure (srun's `node107: task 0: Out Of
+    Memory` next to slurmstepd's oom-kill line, which names no node)."""
+    return sorted({
+        e.node for e in events
+        if e is not primary and e.node and e.category == primary.category and e.role in ("cause", "symptom")
+        and (e.explained_by is primary or e.order[0] == primary.order[0])
+    })
 
 
 def _failed_nodes(events: list[Event], nodes_without_logs: list[str], last_seen: dict[str, float]) -> list[str]:
@@ -315,7 +382,7 @@ def _unhedged_quality(verdict: Verdict, job: JobContext) -> str:
     if verdict.systemic:
         return "likely"
     hardware = primary.domain in DRAINABLE_DOMAINS
-    if hardware and not primary.trusted:
+    if hardware and (not primary.trusted or "recurrence" in primary.notes):
         return "likely"
     if primary.time is None and job.start is not None and hardware:
         return "likely"  # cannot tell whether it happened inside the job
@@ -324,8 +391,15 @@ def _unhedged_quality(verdict: Verdict, job: JobContext) -> str:
     return "confirmed" if primary.strength >= 2 else "likely"
 
 
-def _judge_without_cause(events: list[Event], job: JobContext) -> Verdict:
+def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:
+    job = evidence.job
     timeouts = [e for e in events if e.type in correlate.HANG_TYPES and e.role == "symptom"]
+    failing = [e for e in events if e.role == "symptom"]
+    state = reconcile.job_state(job)
+    if state != "COMPLETED":  # dumps or a torchfrtrace report may be all a hung job left
+        found = hang_finding(evidence, _rank_nodes(events))
+        if found is not None:
+            return _judge_hang_dump(found)
     if timeouts:
         reporting, silent = correlate.hang_reporters(events, job)
         suspects = silent if len(silent) == 1 and reporting else correlate.lagging_nodes(events)
@@ -334,8 +408,6 @@ def _judge_without_cause(events: list[Event], job: JobContext) -> Verdict:
             verdict.culprits, verdict.quality = suspects, "likely"
             verdict.notes.append(f"every node but {suspects[0]} reported a collective timeout")
         return verdict
-    failing = [e for e in events if e.role == "symptom"]
-    state = reconcile.job_state(job)
     if state in FAILED_STATES or failing:
         return Verdict(domain="unknown", category="no_evidence", quality="insufficient")
     if state == "COMPLETED":
@@ -344,6 +416,29 @@ def _judge_without_cause(events: list[Event], job: JobContext) -> Verdict:
         return Verdict(domain="none", category="success", quality="likely")
     # Nothing recognised and no job state: an unknown failure format is no success.
     return Verdict(domain="unknown", category="no_evidence", quality="insufficient")
+
+
+def _rank_nodes(events: list[Event]) -> dict[int, str]:
+    ranks: dict[int, str] = {}
+    for event in sorted(events, key=lambda e: e.order):
+        if event.node and event.rank is not None:
+            ranks.setdefault(event.rank, event.node)
+    return ranks
+
+
+def _judge_hang_dump(found: HangFinding) -> Verdict:
+    """The dumps single out the rank(s) a hang began from: a different collective is a bug of the
+    program (its ranks desynchronised); a rank behind or elsewhere is the suspect, never proof of
+    a hardware fault (a slow data loader looks the same), so never more than likely, never drained."""
+    if found.kind == "mismatch":
+        verdict = Verdict(domain="application", category="nccl_usage", quality="likely", hang=found)
+    else:
+        verdict = Verdict(domain="unknown", category="hang_unattributed", quality="likely", hang=found)
+    verdict.culprits = list(found.nodes)
+    verdict.notes.append(found.reason)
+    if not found.nodes:
+        verdict.notes.append("the dumps do not say which node the suspect rank ran on")
+    return verdict
 
 
 def _benign(event: Event) -> bool:

@@ -409,16 +409,18 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             event.notes["peer_node"] = peer
 
 
-BLOCK_LINES = 60  # lines of one node's block in `scontrol show node` output
+# Lines that open a block of one host's lines, and how many lines the block reaches: a node's
+# block in `scontrol show node` output, one entry of torchrun's failure table (`host : X`).
+BLOCK_REACH = {"node_block": 60, "failure_entry": 5}
 
 
 def _inherit_block_hosts(events: list[Event]) -> None:
-    """Lines inside a `NodeName=X ...` block of `scontrol show node` output belong to node X."""
-    block: tuple[int, int, str] | None = None  # (file, line, host) of the open block
+    """Lines inside a block that names its host (BLOCK_REACH) belong to that host."""
+    block: tuple[int, int, str, int] | None = None  # (file, line, host, reach) of the open block
     for event in sorted(events, key=lambda e: e.order):
-        if event.type == "node_block" and event.host:
-            block = (event.order[0], event.order[1], event.host)
-        elif block and event.host is None and event.order[0] == block[0] and event.order[1] - block[1] <= BLOCK_LINES:
+        if event.type in BLOCK_REACH and event.host:
+            block = (event.order[0], event.order[1], event.host, BLOCK_REACH[event.type])
+        elif block and event.host is None and event.order[0] == block[0] and event.order[1] - block[1] <= block[3]:
             event.host = block[2]
 
 

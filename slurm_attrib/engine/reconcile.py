@@ -7,7 +7,7 @@ import bisect
 from slurm_attrib.engine.correlate import SKEW
 from slurm_attrib.engine.events import Event
 from slurm_attrib.ingest.types import Evidence, JobContext
-from slurm_attrib.vocab import DRAINABLE_DOMAINS
+from slurm_attrib.vocab import DOMAIN_OF_CATEGORY, DRAINABLE_DOMAINS
 
 # Job states that are themselves the origin (Slurm decided, or Slurm saw the node die).
 STATE_CAUSES = {
@@ -198,7 +198,10 @@ def demote_teardown(events: list[Event]) -> None:
 # planned-duration notice (rules/termination.yaml, whose events carry their scheduler category).
 NOTICE_CATEGORY = {"agent_signal": "cancelled", "step_aborted": "cancelled", "srun_forced_termination": "cancelled"}
 REQUEUE_MESSAGES = {"JOB REQUEUE"}
-STOP_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "15", "2", "1", "3"}
+STOP_SIGNALS = {"SIGTERM", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "15", "2", "3"}
+# Slurm never sends SIGHUP: a launcher that got it lost its terminal (an ssh session closed
+# without nohup/tmux), which killed the job from outside the scheduler.
+HANGUP_SIGNALS = {"SIGHUP", "1"}
 
 
 def termination_category(event: Event) -> str | None:
@@ -207,8 +210,12 @@ def termination_category(event: Event) -> str | None:
         return event.category
     if event.type == "slurm_step_end" and event.fields.get("msg") in REQUEUE_MESSAGES:
         return "preempted"
-    if event.type == "agent_signal" and str(event.fields.get("signal", "SIGTERM")).upper() not in STOP_SIGNALS:
-        return None
+    if event.type == "agent_signal":
+        signal = str(event.fields.get("signal", "SIGTERM")).upper()
+        if signal in HANGUP_SIGNALS:
+            return "app_killed_signal"
+        if signal not in STOP_SIGNALS:
+            return None
     return NOTICE_CATEGORY.get(event.type)
 
 
@@ -221,8 +228,11 @@ def termination_as_origin(events: list[Event]) -> None:
     causes = [e for e in events if e.role == "cause" and e is not first]
     if any(e.domain == "scheduler" or _maybe_before(e, first) for e in causes):
         return  # Slurm's own banner or state decides, or something failed first
-    first.role, first.domain, first.category = "cause", "scheduler", termination_category(first)
+    category = termination_category(first)
+    first.role, first.domain, first.category = "cause", DOMAIN_OF_CATEGORY[category], category
     first.notes["termination"] = "nothing failed before this notice: the job was ended from outside or by plan"
+    if category == "app_killed_signal":
+        first.notes["hint"] = "SIGHUP: the launcher's terminal went away; run it under sbatch, nohup or tmux"
     for event in events:
         if event.role == "cause" and event is not first and not (event.trusted and event.domain in DRAINABLE_DOMAINS):
             event.role, event.explained_by = "symptom", first
