@@ -162,7 +162,7 @@ def test_ib_status_hook():
     assert len(IBV_WC_STATUS) == 24 and IBV_WC_STATUS[12] == "IBV_WC_RETRY_EXC_ERR"
     # NCCL 2.28+ prints the name with the number; the hook reads either.
     named = _one("gpu-c:1:2 [0] transport/net_ib/p2p.cc:500 NCCL WARN NET/IB: Got completion from peer 10.0.0.8<41000> with status=IBV_WC_LOC_PROT_ERR(4) opcode=IBV_WC_RECV(128) reqSize=0 vendor_err=81 req_type=Recv hca mlx5_0", "nccl.ib_completion_error", "app")
-    assert (named.notes["ib_status_name"], named.domain, named.category) == ("IBV_WC_LOC_PROT_ERR", "network", "fabric_other")
+    assert (named.notes["ib_status_name"], named.domain, named.category) == ("IBV_WC_LOC_PROT_ERR", "network", "transport_error")
 
 
 def test_nccl_busid_hook():
@@ -344,14 +344,14 @@ def test_code_tables_are_complete_and_valid():
         ("ibv_wc_status", "transport retry counter exceeded", ("IBV_WC_RETRY_EXC_ERR", "network", "transport_error", "cause", 2)),
         ("ibv_wc_status", "13", ("IBV_WC_RNR_RETRY_EXC_ERR", "network", "transport_error", "cause", 2)),
         ("ibv_wc_status", 5, ("IBV_WC_WR_FLUSH_ERR", "network", "transport_error", "symptom", 1)),
-        ("ibv_wc_status", "local protection error", ("IBV_WC_LOC_PROT_ERR", "network", "fabric_other", "cause", 2)),
-        ("ibv_wc_status", 10, ("IBV_WC_REM_ACCESS_ERR", "network", "fabric_other", "cause", 1)),
+        ("ibv_wc_status", "local protection error", ("IBV_WC_LOC_PROT_ERR", "network", "transport_error", "cause", 2)),
+        ("ibv_wc_status", 10, ("IBV_WC_REM_ACCESS_ERR", "network", "transport_error", "cause", 1)),
         # CUDA runtime / driver: hardware codes point at the GPU, kernel faults at the application
         (CUDA_FAMILIES, 214, ("cudaErrorECCUncorrectable", "gpu", "gpu_uncorrectable_ecc", "cause", 2)),
         (CUDA_FAMILIES, "CUDA_ERROR_ECC_UNCORRECTABLE", ("CUDA_ERROR_ECC_UNCORRECTABLE", "gpu", "gpu_uncorrectable_ecc", "cause", 2)),
         (CUDA_FAMILIES, "uncorrectable ECC error encountered", ("cudaErrorECCUncorrectable", "gpu", "gpu_uncorrectable_ecc", "cause", 2)),
         (CUDA_FAMILIES, "unknown error", ("cudaErrorUnknown", "gpu", "gpu_hardware_other", "cause", 1)),
-        (CUDA_FAMILIES, 802, ("cudaErrorSystemNotReady", "gpu", "gpu_hardware_other", "cause", 2)),
+        (CUDA_FAMILIES, 802, ("cudaErrorSystemNotReady", "gpu", "gpu_nvlink", "cause", 2)),
         (CUDA_FAMILIES, "all CUDA-capable devices are busy or unavailable", ("cudaErrorDevicesUnavailable", "gpu", "gpu_hardware_other", "cause", 1)),
         (CUDA_FAMILIES, "cudaErrorNvlinkUncorrectable", ("cudaErrorNvlinkUncorrectable", "gpu", "gpu_nvlink", "cause", 2)),
         (CUDA_FAMILIES, "cudaErrorMemoryAllocation", ("cudaErrorMemoryAllocation", "application", "gpu_oom", "cause", 3)),
@@ -409,7 +409,7 @@ def test_cuda_code_hook_through_rules():
     ecc = _one("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error encountered", "cuda.error_name", "app")
     assert (ecc.domain, ecc.category) == ("gpu", "gpu_uncorrectable_ecc")
     fm = _one("UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized", "cuda.device_count_error", "app")
-    assert (fm.domain, fm.category, fm.notes["cuda_error_number"]) == ("gpu", "gpu_hardware_other", 802)
+    assert (fm.domain, fm.category, fm.notes["cuda_error_number"]) == ("gpu", "gpu_nvlink", 802)
 
 
 def test_lib_status_hook_through_rules():

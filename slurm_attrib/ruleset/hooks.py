@@ -198,8 +198,8 @@ IBV_WC_STATUS: dict[int, str] = {
 def refine_ib_status(hit: "Hit") -> "Hit":
     """Name and decode the ibv_wc_status of an IB completion error from the code table.
 
-    12/13 (retry counters exceeded) = the peer stopped answering (transport_error); 4/8/10 are
-    memory-registration / GPUDirect configuration (fabric_other); 5 (WR_FLUSH_ERR) is secondary."""
+    12/13 (retry counters exceeded) = the peer stopped answering; 4/8/10 point at memory
+    registration / GPUDirect configuration; 5 (WR_FLUSH_ERR) is secondary."""
     status = hit.fields.get("status")
     entry = decode_code("ibv_wc_status", status)
     if entry is None:
@@ -212,6 +212,15 @@ def refine_ib_status(hit: "Hit") -> "Hit":
         hit.severity = "warning"
     elif entry["number"] == 12:
         hit.notes["hint"] = "transport retry counter exceeded: the peer NIC/link stopped answering"
+    return hit
+
+
+def refine_ib_async_event(hit: "Hit") -> "Hit":
+    """An asynchronous event of one queue pair or CQ broke that connection's transfers (a
+    transport error); a device-level fatal event (local catastrophic error) is the HCA itself."""
+    message = hit.fields.get("msg") or hit.fields.get("old_msg") or ""
+    if hit.fields.get("on") or "work queue" in message or message == "CQ error":
+        hit.category = "transport_error"
     return hit
 
 
@@ -344,6 +353,7 @@ HOOKS: dict[str, Callable[["Hit"], "Hit"]] = {
     "mce_status": refine_mce_status,
     "exit_signal": refine_exit_signal,
     "ib_status": refine_ib_status,
+    "ib_async_event": refine_ib_async_event,
     "sxid": refine_sxid,
     "nccl_busid": refine_nccl_busid,
     "cuda_code": refine_cuda_code,
