@@ -259,6 +259,32 @@ def test_invalid_yaml_names_file(tmp_path):
         load_rules([tmp_path])
 
 
+
+def test_a_validated_pack_is_cached_and_any_change_validates_again(tmp_path, monkeypatch):
+    cache, site = tmp_path / "cache", tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setenv("SATTRIB_CACHE_DIR", str(cache))
+    _write(site, GOOD_RULE)
+    first = load_rules([site])
+    (pickled,) = cache.glob("rules-*.pickle")
+    assert not pickled.stat().st_mode & 0o022
+    assert load_rules([site]) == first  # read from the cache
+    _write(site, GOOD_RULE.replace("regex: 'sample error (?P<code>\\d+)'", "regex: 'sample error (?P<code>\\d+'"))
+    with pytest.raises(RuleError, match="does not compile"):
+        load_rules([site])  # the changed file is validated, not served from the cache
+
+
+def test_a_cache_file_others_can_write_is_ignored(tmp_path, monkeypatch):
+    cache, site = tmp_path / "cache", tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setenv("SATTRIB_CACHE_DIR", str(cache))
+    _write(site, GOOD_RULE)
+    load_rules([site])
+    (pickled,) = cache.glob("rules-*.pickle")
+    pickled.write_bytes(b"not a pickle")
+    pickled.chmod(0o666)
+    assert "site.sample" in {r.id for r in load_rules([site])}
+
 # --- whole pack over the dev corpus ------------------------------------------------------------
 
 def _corpus_files():

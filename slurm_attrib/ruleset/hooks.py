@@ -16,6 +16,8 @@ import yaml
 
 from slurm_attrib.paths import bundled_dir
 
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same result, faster
+
 if TYPE_CHECKING:
     from slurm_attrib.ruleset.scanner import Hit
 
@@ -32,7 +34,7 @@ XID_ROLES = {
 def xid_catalog() -> dict[int, dict[str, Any]]:
     """The NVIDIA Xid catalog shipped as rules/_xid_catalog.yaml, keyed by Xid number."""
     path = bundled_dir("rules") / "_xid_catalog.yaml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     return {int(number): entry for number, entry in data["xids"].items()}
 
 
@@ -106,7 +108,7 @@ def _norm(text: str) -> str:
 def code_tables() -> dict[str, dict[str, Any]]:
     """The code families of rules/_codes.yaml, each with `by_number` and `by_key` indexes."""
     path = bundled_dir("rules") / "_codes.yaml"
-    families = yaml.safe_load(path.read_text(encoding="utf-8"))["families"]
+    families = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)["families"]
     tables: dict[str, dict[str, Any]] = {}
     for family, data in families.items():
         by_number: dict[int, dict[str, Any]] = {}

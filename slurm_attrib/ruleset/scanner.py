@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_attrib.ruleset.hooks import HOOKS
-from slurm_attrib.ruleset.spec import Rule
+from slurm_attrib.ruleset.spec import Rule, compiled
 
 try:  # optional accelerator, same results
     import hyperscan
@@ -283,7 +283,7 @@ class Scanner:
 
 def _compile_rule(rule: Rule) -> tuple[re.Pattern, list[re.Pattern]]:
     flags = re.IGNORECASE if rule.match.ignore_case else 0
-    return re.compile(rule.match.regex, flags), [re.compile(u, flags) for u in rule.match.unless]
+    return compiled(rule.match.regex, flags), [compiled(u, flags) for u in rule.match.unless]
 
 
 def _hyperscan_db(literals: list[str], caseless: set[str]):

@@ -29,6 +29,7 @@ One rule turns one log line (or a short block starting at that line) into an eve
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -37,6 +38,13 @@ from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, DOMAIN_OF_CATEGORY, SOURCE_
 
 FieldCast = Literal["int", "float", "str", "lower", "pci"]
 RULE_ID = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
+
+
+@cache
+def compiled(pattern: str, flags: int = 0) -> re.Pattern:
+    """re.compile once per process: validating a rule and scanning with it share the pattern
+    (the re module's own cache holds fewer patterns than the rule pack has)."""
+    return re.compile(pattern, flags)
 
 
 class StrictModel(BaseModel):
@@ -61,7 +69,7 @@ class Match(StrictModel):
     @classmethod
     def _regex_compiles(cls, value: str) -> str:
         try:
-            re.compile(value)
+            compiled(value)
         except re.error as exc:
             raise ValueError(f"regex does not compile: {exc}") from None
         return value
@@ -71,7 +79,7 @@ class Match(StrictModel):
     def _unless_compiles(cls, value: list[str]) -> list[str]:
         for pattern in value:
             try:
-                re.compile(pattern)
+                compiled(pattern)
             except re.error as exc:
                 raise ValueError(f"unless regex {pattern!r} does not compile: {exc}") from None
         return value
@@ -137,7 +145,7 @@ class Rule(StrictModel):
 
     @model_validator(mode="after")
     def _fields_are_groups(self) -> "Rule":
-        groups = set(re.compile(self.match.regex).groupindex)
+        groups = set(compiled(self.match.regex).groupindex)
         missing = sorted(set(self.fields) - groups)
         if missing:
             raise ValueError(f"fields {missing} are not named groups of match.regex")
