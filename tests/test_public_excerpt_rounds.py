@@ -1,5 +1,5 @@
-"""Round 4 of public excerpts (issue 6): first read on them is recorded in the folder's SCORE
-files; since then they are a regression test like tests/test_public_excerpts.py.
+"""Rounds 4 and 5 of public excerpts (issue 6): the first read of each round is recorded in its
+folder's SCORE files; since then they are a regression test like tests/test_public_excerpts.py.
 
 KNOWN_MISSES are cases the tool still reads differently from the label, each with the reason;
 they are strict xfails, so a change that starts reading one as labelled must move it out."""
@@ -10,7 +10,7 @@ import pytest
 
 from support import analyze_case, cases
 
-DATA = Path(__file__).resolve().parent / "data" / "public_excerpts_round4"
+DATA = Path(__file__).resolve().parent / "data"
 
 KNOWN_MISSES = {
     "806-llamafactory1355-softlockup-save-success": "a lone soft lockup with no job state: no sign the job completed (label from the thread: it did)",
@@ -23,20 +23,33 @@ KNOWN_MISSES = {
     "879-arjuna-execve-slurm-script-missing-nfs-c002": "the NFS outage is known from the admin, not from the execve line",
     "910-vllm40652-a100-gsp-xid119-coredump": "Talos 'IP: kern: ...' line prefix is not read as a host",
     "913-arjuna137-c014-jobs-killed-wtermsig9": "only WTERMSIG 9 in slurmctld: the node is blamed from the pattern across jobs, not this job's log",
+    # round 5
+    "1001-ollama-a100-nvlink-board": "a bare ggml CUDA error: the NVLink board is known from the repair, not the log",
+    "1006-vllm-ray-bad-instance-unhandled-cuda": "only NCCL's 'unhandled cuda error' wrapper: the failing CUDA call and the bad node left no line",
+    "1008-mineru-unspecified-launch-failure-bad-gpu": "'unspecified launch failure' (719) stays a weak application cause; the card swap is known from the thread",
+    "1009-cbio-pbs-node-failure-gpu-2-17": "PBS/Moab job notice: PBS node-failure wording is not read",
+    "1013-vllm-backport-hbm-dbe-cudaErrorContained": "cudaErrorContained is read as a GPU hardware error; the HBM ECC is known from dmesg the excerpt does not hold",
+    "1019-levanter-gcs-curl-timeout-checkpoint-hang": "a tensorstore curl timeout to object storage is not read as a filesystem error",
+    "1041-megatron-ci-expert-dp-distopt-assert": "label dispute: a Megatron configuration AssertionError is read as an application exception",
+    "1046-ffdl-learner-pod-killed-137-memory": "policy: a bare 'Killed' / exit 137 is app_killed_signal, not host_oom (tests/data/public_excerpts/README.md)",
+    "1077-gw-wcoss2-esfc-oom-signal9": "HPE Cray 'under_oom detected' wording is not read",
 }
 
+ROUNDS = ("public_excerpts_round4", "public_excerpts_round5")
+ALL = [f"{folder}/{case}" for folder in ROUNDS for case in cases(DATA / folder, "expected.yaml")]
 CASES = [
-    pytest.param(case, marks=pytest.mark.xfail(reason=KNOWN_MISSES[case], strict=True)) if case in KNOWN_MISSES else case
-    for case in cases(DATA, "expected.yaml")
+    pytest.param(path, marks=pytest.mark.xfail(reason=KNOWN_MISSES[path.split("/")[1]], strict=True))
+    if path.split("/")[1] in KNOWN_MISSES else path
+    for path in ALL
 ]
 
 
 def test_known_misses_are_cases():
-    assert set(KNOWN_MISSES) <= set(cases(DATA, "expected.yaml"))
+    assert set(KNOWN_MISSES) <= {path.split("/")[1] for path in ALL}
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_round4_excerpt(case):
+def test_round_excerpt(case):
     expected, diagnosis = analyze_case(DATA / case, "expected.yaml")
     assert (diagnosis["domain"], diagnosis["category"]) == (expected["domain"], expected["category"]), diagnosis["summary"]
     for node in expected.get("culprit_nodes") or []:

@@ -44,6 +44,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     correlate.recurring_application_xids(events)
     reconcile.demote_teardown(events)
     reconcile.demote_wrappers(events)
+    reconcile.setup_phase_timeouts(events, evidence)
     reconcile.termination_as_origin(events)
     reconcile.reconcile_with_job_state(events, job)
     reconcile.discard_contradicted_claims(events, evidence)
@@ -90,7 +91,7 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float])
     verdict.systemic = not peer and _is_systemic(candidates, primary)
     verdict.culprits = _culprits(verdict, events, job, nodes_without_logs, last_seen)
     verdict.quality = _quality(verdict, job)
-    for note in ("recurrence", "mismatch", "only_follow_on"):
+    for note in ("recurrence", "mismatch", "only_follow_on", "setup_phase"):
         if note in primary.notes:
             verdict.notes.append(primary.notes[note])
     if primary.time is None and primary.type != "job_state":
