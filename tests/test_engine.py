@@ -287,3 +287,41 @@ def test_an_oom_without_a_host_names_the_only_node_of_the_job(tmp_path):
     srun = out + "srun: error: gpu02: task 3: Out Of Memory\n"
     diagnosis = analyze_path(write_job(tmp_path / "srun", {"slurm-77.out": srun}))
     assert (diagnosis.category, diagnosis.culprit_nodes) == ("host_oom", ["gpu02"])
+
+
+def test_a_nameless_cancel_next_to_the_memory_limit_is_the_memory_kill(tmp_path):
+    out = ("slurmstepd: *** JOB 77 CANCELLED AT 2026-12-02T13:07:23 *** on gpu01\n"
+           "slurmstepd: Exceeded job memory limit at some point. oom-killer likely killed a process.\n")
+    diagnosis = analyze_path(write_job(tmp_path / "memory", {"slurm-77.out": out}, state="CANCELLED"))
+    assert (diagnosis.domain, diagnosis.category) == ("application", "host_oom")
+    by_user = out.replace("13:07:23 *** on gpu01", "13:07:23 BY alice *** on gpu01")
+    diagnosis = analyze_path(write_job(tmp_path / "user", {"slurm-77.out": by_user}, state="CANCELLED"))
+    assert (diagnosis.domain, diagnosis.category) == ("scheduler", "cancelled")
+
+
+def setup_timeouts(progress: bool) -> str:
+    bar = "Running tokenizer on dataset:   9%|███▊      | 280000/2969526 [29:55<4:48:08, 155.57 examples/s]\n"
+    lines = "".join(
+        f"[E ProcessGroupNCCL.cpp:475] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800572 milliseconds before timing out.\n"
+        for r in (1, 2, 3)
+    )
+    return (bar if progress else "") + lines
+
+
+def test_first_collectives_timing_out_while_rank0_still_prepares_data_is_a_setup_timeout(tmp_path):
+    diagnosis = analyze_path(write_job(tmp_path / "busy", {"slurm-77.out": setup_timeouts(progress=True)}))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("application", "nccl_usage", "likely")
+    assert any("rank 0 was still busy" in note for note in diagnosis.notes)
+    diagnosis = analyze_path(write_job(tmp_path / "hang", {"slurm-77.out": setup_timeouts(progress=False)}))
+    assert diagnosis.category == "hang_unattributed"
+
+
+def test_repeated_corrected_memory_errors_on_one_node_are_a_failing_dimm(tmp_path):
+    ce = "2026-12-02T13:0{m}:00,000000+00:00 EDAC MC0: 2 CE error on CPU#0Channel#2_DIMM#0 (channel:2 slot:0 page:0x0 offset:0x0 grain:8 syndrome:0x0)\n"
+    diagnosis = analyze_path(write_job(tmp_path / "many", {"gpu02/dmesg.txt": "".join(ce.format(m=m) for m in range(6))}, state="COMPLETED"))
+    assert diagnosis.category == "success"  # the job completed: corrected errors did not end it
+    diagnosis = analyze_path(write_job(tmp_path / "failed", {"gpu02/dmesg.txt": "".join(ce.format(m=m) for m in range(6))}))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.culprit_nodes) == ("host", "host_hardware_other", ["gpu02"])
+    diagnosis = analyze_path(write_job(tmp_path / "few", {"gpu02/dmesg.txt": ce.format(m=1)}))
+    assert diagnosis.category != "host_hardware_other"

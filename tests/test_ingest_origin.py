@@ -28,6 +28,10 @@ from slurm_attrib.ingest.origin import Origin, line_origin
         ("[default1]:[rank9]: RuntimeError: boom", Origin(rank=9)),
         ("[default1]:gpu03:11:22 [1] NCCL INFO x", Origin("gpu03")),
         ("7: [2024-12-02 13:04:06] gpu03:11:22 [1] misc.cc:1 NCCL WARN x", Origin("gpu03", task=7)),
+        # talosctl dmesg (Kubernetes nodes on Talos Linux)
+        ("192.168.11.119: kern: warning: [2026-04-22T21:27:51.291568069Z]: NVRM: Xid (PCI:0000:3b:00): 119,",
+         Origin("192.168.11.119")),
+        ("gpu07: kern:    err: [2026-04-22T21:27:51Z]: NVRM: GPU at PCI:0000:3b:00", Origin("gpu07")),
         # syslog host fields
         ("Dec  2 13:04:06 gpu01 kernel: NVRM: Xid (PCI:0000:a1:00): 79", Origin("gpu01")),
         ("Dec 02 13:04:06.123456 gpu01.cluster.example.org slurmd[123]: error: x", Origin("gpu01")),

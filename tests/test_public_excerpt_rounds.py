@@ -1,4 +1,4 @@
-"""Rounds 4 and 5 of public excerpts (issue 6): the first read of each round is recorded in its
+"""Rounds 4, 5 and 6 of public excerpts (issue 6): the first read of each round is recorded in its
 folder's SCORE files; since then they are a regression test like tests/test_public_excerpts.py.
 
 KNOWN_MISSES are cases the tool still reads differently from the label, each with the reason;
@@ -21,21 +21,39 @@ KNOWN_MISSES = {
     "875-submitit-short-job-preempted-reported-timeout": "label dispute: submitit itself prints 'this job is timed-out'",
     "877-mugot-cuda-unknown-error-gpu-mem-utilization": "'CUDA error: unknown error' (999) is read as the GPU; the thread found a memory setting",
     "879-arjuna-execve-slurm-script-missing-nfs-c002": "the NFS outage is known from the admin, not from the execve line",
-    "910-vllm40652-a100-gsp-xid119-coredump": "Talos 'IP: kern: ...' line prefix is not read as a host",
     "913-arjuna137-c014-jobs-killed-wtermsig9": "only WTERMSIG 9 in slurmctld: the node is blamed from the pattern across jobs, not this job's log",
     # round 5
     "1001-ollama-a100-nvlink-board": "a bare ggml CUDA error: the NVLink board is known from the repair, not the log",
     "1006-vllm-ray-bad-instance-unhandled-cuda": "only NCCL's 'unhandled cuda error' wrapper: the failing CUDA call and the bad node left no line",
     "1008-mineru-unspecified-launch-failure-bad-gpu": "'unspecified launch failure' (719) stays a weak application cause; the card swap is known from the thread",
-    "1009-cbio-pbs-node-failure-gpu-2-17": "PBS/Moab job notice: PBS node-failure wording is not read",
     "1013-vllm-backport-hbm-dbe-cudaErrorContained": "cudaErrorContained is read as a GPU hardware error; the HBM ECC is known from dmesg the excerpt does not hold",
     "1019-levanter-gcs-curl-timeout-checkpoint-hang": "a tensorstore curl timeout to object storage is not read as a filesystem error",
     "1041-megatron-ci-expert-dp-distopt-assert": "label dispute: a Megatron configuration AssertionError is read as an application exception",
     "1046-ffdl-learner-pod-killed-137-memory": "policy: a bare 'Killed' / exit 137 is app_killed_signal, not host_oom (tests/data/public_excerpts/README.md)",
     "1077-gw-wcoss2-esfc-oom-signal9": "HPE Cray 'under_oom detected' wording is not read",
+    # round 6
+    "1100-radiasoft-mce-memory-error": "a single corrected memory error is read as harmless; the thread blames the DIMM",
+    "1106-checkmk-rack4-pcie-panic-on-reboot": "a fatal APEI PCIe error is read as hardware; the vendor calls it harmless at reboot",
+    "1114-ucx-local-protection-acs-enabled": "libmlx5's raw CQE dump is not read; the ACS setting is known from the thread",
+    "1116-toil-bad-slurm-node-retries": "Toil's retry lines name no node or cause; the bad node is known from the maintainer",
+    "1131-llamafactory-load-shards-killed": "the excerpt ends in a progress bar: the host OOM left no line",
+    "1134-deepspeed-hostname-I-invalid": "`hostname -I` usage output is not read as a launcher failure",
+    "1136-nemo-megatron-slurm-global-rank": "duplicate GLOBAL_RANK lines across tasks are not read as a rank-mapping error",
+    "1139-sglang-deepep-normal-cudagraph": "the excerpt stops before the exception",
+    "1142-denoiser-dns-cuda-oom-batchsize": "the excerpt stops before the CUDA OOM line",
+    "1143-horovod-nccl-socket-ifname-lo": "NCCL bootstrap 'Connection closed by remote peer' is not read as a wrong NCCL_SOCKET_IFNAME",
+    "1147-vllm-mllama-profile-oom-max-num-seqs": "the excerpt stops before the OOM line",
+    "1162-m4-jeanzay-fs-meltdown-hang": "the filesystem freeze is known from the logbook, not the log",
+    "1165-c3nl-qlogin-job-credential-expired": "label dispute: 'Job credential expired' at launch is read as host/node_failure (the label: host_hardware_other)",
+    "1171-ubuntu-slurm-job-prolog-failed-drain": "label dispute: a failed Prolog is read as host/node_failure (the label: host_hardware_other)",
+    "1172-spack-openmpi-pmi-direct-launch-srun": "label dispute: OMPI without Slurm PMI stays app_exception, as public excerpt 711 is labelled",
+    "1177-mleng-broken-network-node-connection-refused": "one refused connection, mapped by a reverse nslookup line the IP map does not read",
+    "1178-m4-jeanzay-iam15-node-unresponsive": "ping/ssh output of the dead node is not read; a CUDA unknown error is",
+    "1179-pyxis-runtime-path-on-fsx-multinode": "pyxis/squashfs errors are not read as a shared-filesystem problem",
+    "1180-slurm-exporter-batch-output-uncreatable-signal53": "job_rc 4021 (an output file that cannot be created) is not decoded",
 }
 
-ROUNDS = ("public_excerpts_round4", "public_excerpts_round5")
+ROUNDS = ("public_excerpts_round4", "public_excerpts_round5", "public_excerpts_round6")
 ALL = [f"{folder}/{case}" for folder in ROUNDS for case in cases(DATA / folder, "expected.yaml")]
 CASES = [
     pytest.param(path, marks=pytest.mark.xfail(reason=KNOWN_MISSES[path.split("/")[1]], strict=True))

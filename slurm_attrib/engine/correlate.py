@@ -81,6 +81,31 @@ def recurring_application_xids(events: list[Event]) -> None:
                                      "while the node's other GPUs showed none: the GPU is suspect")
 
 
+CE_REPEAT = 5  # corrected memory-error reports on one node that make a failing DIMM
+
+
+def repeated_corrected_memory_errors(events: list[Event], job: JobContext) -> list[Event]:
+    """One corrected DRAM error is harmless; a node reporting them again and again has a failing
+    DIMM (the error handler falls behind, uncorrectable errors tend to follow).  Only when nothing
+    else explains a job that did not complete: the first report of each node with at least
+    CE_REPEAT of them becomes a weak host-hardware cause (returned)."""
+    if job.state == "COMPLETED":
+        return []
+    promoted = []
+    by_node: dict[str | None, list[Event]] = defaultdict(list)
+    for event in events:
+        if event.type == "host_memory_ce" and event.role == "context" and "outside_window" not in event.notes:
+            by_node[event.node].append(event)
+    for node, reports in by_node.items():
+        if len(reports) < CE_REPEAT:
+            continue
+        first = min(reports, key=lambda e: e.sort_key)
+        first.role, first.category, first.strength = "cause", "host_hardware_other", 1
+        first.notes["ce_repeat"] = f"{len(reports)} corrected memory-error reports{' on ' + node if node else ''}: a failing DIMM"
+        promoted.append(first)
+    return promoted
+
+
 def explains(cause: Event, effect: Event) -> bool:
     """Whether a cause can explain a later event: it came first (within skew) or inside its stall.
 

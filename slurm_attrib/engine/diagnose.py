@@ -44,6 +44,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     correlate.recurring_application_xids(events)
     reconcile.demote_teardown(events)
     reconcile.demote_wrappers(events)
+    reconcile.cancelled_for_memory(events)
     reconcile.setup_phase_timeouts(events, evidence)
     reconcile.termination_as_origin(events)
     reconcile.reconcile_with_job_state(events, job)
@@ -77,7 +78,8 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
 
 def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float]) -> Verdict:
     job, nodes_without_logs = evidence.job, evidence.nodes_without_logs()
-    candidates = [e for e in events if e.role == "cause"] or _flushed_transfers(events) or _mismatched_collectives(events)
+    candidates = ([e for e in events if e.role == "cause"] or _flushed_transfers(events) or _mismatched_collectives(events)
+                  or correlate.repeated_corrected_memory_errors(events, job))
     if not candidates:
         return _judge_without_cause(events, evidence)
     primary, rivals = _choose_primary(candidates)
@@ -91,7 +93,7 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float])
     verdict.systemic = not peer and _is_systemic(candidates, primary)
     verdict.culprits = _culprits(verdict, events, job, nodes_without_logs, last_seen)
     verdict.quality = _quality(verdict, job)
-    for note in ("recurrence", "mismatch", "only_follow_on", "setup_phase"):
+    for note in ("recurrence", "mismatch", "only_follow_on", "setup_phase", "ce_repeat"):
         if note in primary.notes:
             verdict.notes.append(primary.notes[note])
     if primary.time is None and primary.type != "job_state":

@@ -51,6 +51,10 @@ _SYSLOG = re.compile(
 )
 # RFC 5424: <pri>1 TIMESTAMP HOST APP PROCID MSGID ...
 _RFC5424 = re.compile(r"<\d{1,3}>1 (?:\S+) " + _HOST + r" ")
+# talosctl dmesg (Talos Linux, Kubernetes nodes): `<node>: kern: warning: [<time>]: <message>`
+_TALOS = re.compile(
+    _HOST + r": (?:kern|user|daemon|syslog|auth|local\d): +(?:emerg|alert|crit|err|warning|notice|info|debug): +\["
+)
 _WORK_RANK = re.compile(r"\[(?:PG (?:ID )?0 [^\]]*?)?Rank (\d{1,7})\]")
 _IP = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}$")
 
@@ -102,7 +106,7 @@ def line_origin(text: str) -> Origin:
         if m is not None:
             host = _short(m["host"])
         else:
-            m = _NCCL.match(text, pos)
+            m = _NCCL.match(text, pos) or _TALOS.match(text, pos)
             if m is not None:
                 host = _short(m.group(1))
     if rank is None and "Rank " in text:
