@@ -180,7 +180,9 @@ def job_state(job: JobContext) -> str | None:
 
 
 def demote_teardown(events: list[Event]) -> None:
-    """Application errors printed after the job said it completed are teardown noise."""
+    """Weak application errors printed after the job said it completed are teardown noise; a
+    specific one (strength 2+: a collective mismatch, a CUDA error in the final evaluation) still
+    ended the job."""
     done_at: dict[int, int] = {}
     for event in events:
         if event.type in ("job_progress_done", "program_exit"):
@@ -188,7 +190,8 @@ def demote_teardown(events: list[Event]) -> None:
             done_at[file_index] = min(line, done_at.get(file_index, line))
     for event in events:
         file_index, line = event.order
-        if event.role == "cause" and event.domain == "application" and line > done_at.get(file_index, 1 << 62):
+        if (event.role == "cause" and event.domain == "application" and event.strength < 2
+                and line > done_at.get(file_index, 1 << 62)):
             event.role = "context"
             event.notes["teardown"] = "after the job reported completion"
 
