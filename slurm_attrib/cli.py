@@ -53,8 +53,14 @@ def _rule_dirs_option(function):
 
 
 def _emit(text: str, output: Path | None) -> None:
+    """stdout, or `output` replaced whole (a reader never sees half a diagnosis); a device, pipe
+    or socket (`--output /dev/null`, a FIFO) is written to, never renamed over."""
     if output is None:
         click.echo(text, nl=False)
+        return
+    if output.exists() and not output.is_file():
+        with open(output, "w", encoding="utf-8") as stream:
+            stream.write(text)
         return
     temporary = output.with_name(f".{output.name}.tmp")
     temporary.write_text(text, encoding="utf-8")

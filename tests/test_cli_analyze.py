@@ -1,7 +1,9 @@
 """The `sattrib analyze` contract: exit codes, one-line errors, keys, determinism, text output."""
 
 import json
+import os
 import subprocess
+from pathlib import Path
 
 from support import require_corpus, sattrib_argv
 
@@ -60,6 +62,25 @@ def test_output_file_and_text_format(tmp_path):
     text = output.read_text()
     assert "gpu_fell_off_bus" in text and "Evidence" in text and "dmesg.txt:" in text
 
+
+
+def test_output_to_a_fifo_writes_into_it_and_leaves_it_a_fifo(tmp_path):
+    """`--output /dev/null` or a pipe must be written to, never renamed over (that replaced
+    /dev/null with a regular file once)."""
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    sample = Path(__file__).resolve().parents[1] / "slurm_attrib" / "samples" / "demo"
+    result = run("analyze", str(sample), "--format", "json", "--output", str(fifo))
+    reader.join(timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert json.loads(received[0])["category"] == "gpu_fell_off_bus"
 
 def test_demo_names_the_failed_gpu():
     result = run("demo", "--format", "json")
