@@ -325,3 +325,14 @@ def test_repeated_corrected_memory_errors_on_one_node_are_a_failing_dimm(tmp_pat
     assert (diagnosis.domain, diagnosis.category, diagnosis.culprit_nodes) == ("host", "host_hardware_other", ["gpu02"])
     diagnosis = analyze_path(write_job(tmp_path / "few", {"gpu02/dmesg.txt": ce.format(m=1)}))
     assert diagnosis.category != "host_hardware_other"
+
+
+def test_two_processes_joining_as_one_rank_is_a_launch_mismatch(tmp_path):
+    joins = "".join(f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/4\n" for r in (1, 1, 0, 0))
+    diagnosis = analyze_path(write_job(tmp_path / "bad", {"slurm-77.out": joins}))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("application", "nccl_usage", "likely")
+    every_rank_twice = "".join(f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/4\n" for r in (0, 1, 2, 3) * 2)
+    diagnosis = analyze_path(write_job(tmp_path / "restart", {"slurm-77.out": every_rank_twice}))
+    assert diagnosis.category != "nccl_usage"  # a restart repeats every rank
+    diagnosis = analyze_path(write_job(tmp_path / "done", {"slurm-77.out": joins}, state="COMPLETED"))
+    assert diagnosis.category == "success"

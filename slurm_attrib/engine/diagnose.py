@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from slurm_attrib.engine import assemble, correlate, reconcile
@@ -79,7 +79,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
 def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float]) -> Verdict:
     job, nodes_without_logs = evidence.job, evidence.nodes_without_logs()
     candidates = ([e for e in events if e.role == "cause"] or _flushed_transfers(events) or _mismatched_collectives(events)
-                  or correlate.repeated_corrected_memory_errors(events, job))
+                  or _duplicate_ranks(events, job) or correlate.repeated_corrected_memory_errors(events, job))
     if not candidates:
         return _judge_without_cause(events, evidence)
     primary, rivals = _choose_primary(candidates)
@@ -93,7 +93,7 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float])
     verdict.systemic = not peer and _is_systemic(candidates, primary)
     verdict.culprits = _culprits(verdict, events, job, nodes_without_logs, last_seen)
     verdict.quality = _quality(verdict, job)
-    for note in ("recurrence", "mismatch", "only_follow_on", "setup_phase", "ce_repeat"):
+    for note in ("recurrence", "mismatch", "only_follow_on", "setup_phase", "ce_repeat", "duplicate_ranks"):
         if note in primary.notes:
             verdict.notes.append(primary.notes[note])
     if primary.time is None and primary.type != "job_state":
@@ -137,6 +137,27 @@ def _mismatched_collectives(events: list[Event]) -> list[Event]:
         first.notes["mismatch"] = f"collective {seq} of process group {pg} timed out as different operations ({shown}): the ranks called different collectives"
         return [first]
     return []
+
+
+def _duplicate_ranks(events: list[Event], job: JobContext) -> list[Event]:
+    """Two processes joining as the same global rank while other ranks never join: the launcher
+    started a different number of tasks than the trainer expects (srun --ntasks-per-node against
+    devices/num_nodes), a launch configuration error (likely).  A restart repeats every rank, so
+    it does not count."""
+    members = [e for e in events if e.type == "distributed_member" and e.rank is not None and e.fields.get("world")]
+    if not members or reconcile.job_state(job) == "COMPLETED" or any(e.type in COMPLETION_MARKERS for e in events):
+        return []
+    world = max(e.fields["world"] for e in members)
+    seen = Counter(e.rank for e in members)
+    doubled = sorted(rank for rank, count in seen.items() if count > 1)
+    if not doubled or len(seen) >= world:
+        return []
+    first = min((e for e in members if e.rank in doubled), key=lambda e: e.order)
+    first.role, first.domain, first.category, first.strength = "cause", "application", "nccl_usage", 1
+    first.notes["duplicate_ranks"] = (f"global rank(s) {', '.join(map(str, doubled))} joined more than once while only "
+                                      f"{len(seen)} of {world} ranks joined at all: the number of tasks does not match "
+                                      "the trainer's devices and num_nodes")
+    return [first]
 
 
 def _after_the_hang(primary: Event, events: list[Event]) -> bool:
