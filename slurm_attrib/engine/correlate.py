@@ -77,8 +77,8 @@ def recurring_application_xids(events: list[Event]) -> None:
         first = inside[0]
         first.domain, first.category, first.strength = "gpu", "gpu_hardware_other", 2
         first.notes.pop("no_culprit", None)
-        first.notes["recurrence"] = (f"Xid {first.fields['xid']} recurred on GPU {pci} in {len(pids)} different processes "
-                                     "while the node's other GPUs showed none: the GPU is suspect")
+        first.notes["inferred"] = (f"Xid {first.fields['xid']} recurred on GPU {pci} in {len(pids)} different processes "
+                                   "while the node's other GPUs showed none: the GPU is suspect")
 
 
 CE_REPEAT = 5  # corrected memory-error reports on one node that make a failing DIMM
@@ -101,7 +101,7 @@ def repeated_corrected_memory_errors(events: list[Event], job: JobContext) -> li
             continue
         first = min(reports, key=lambda e: e.sort_key)
         first.role, first.category, first.strength = "cause", "host_hardware_other", 1
-        first.notes["ce_repeat"] = f"{len(reports)} corrected memory-error reports{' on ' + node if node else ''}: a failing DIMM"
+        first.notes["inferred"] = f"{len(reports)} corrected memory-error reports{' on ' + node if node else ''}: a failing DIMM"
         promoted.append(first)
     return promoted
 

@@ -93,9 +93,8 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float])
     verdict.systemic = not peer and _is_systemic(candidates, primary)
     verdict.culprits = _culprits(verdict, events, job, nodes_without_logs, last_seen)
     verdict.quality = _quality(verdict, job)
-    for note in ("recurrence", "mismatch", "only_follow_on", "setup_phase", "ce_repeat", "duplicate_ranks"):
-        if note in primary.notes:
-            verdict.notes.append(primary.notes[note])
+    if "inferred" in primary.notes:  # the cause was inferred from a pattern of lines: say which
+        verdict.notes.append(primary.notes["inferred"])
     if primary.time is None and primary.type != "job_state":
         verdict.notes.append("the cause has no wall-clock time (seconds since boot with no anchor, or no time at all): it cannot be placed in the job's window")
     return verdict
@@ -111,7 +110,7 @@ def _flushed_transfers(events: list[Event]) -> list[Event]:
         return []
     first = min(flushed, key=lambda e: e.sort_key)
     first.role, first.strength = "cause", 1
-    first.notes["only_follow_on"] = "only follow-on completion errors were found: the failure that preceded them left no line"
+    first.notes["inferred"] = "only follow-on completion errors were found: the failure that preceded them left no line"
     return [first]
 
 
@@ -134,7 +133,7 @@ def _mismatched_collectives(events: list[Event]) -> list[Event]:
         first.role, first.domain, first.category, first.strength = "cause", "application", "nccl_usage", 1
         shown = "; ".join(f"{op} on rank(s) {', '.join(str(e.rank) for e in group if e.rank is not None) or '?'}"
                           for op, group in sorted(ops.items()))
-        first.notes["mismatch"] = f"collective {seq} of process group {pg} timed out as different operations ({shown}): the ranks called different collectives"
+        first.notes["inferred"] = f"collective {seq} of process group {pg} timed out as different operations ({shown}): the ranks called different collectives"
         return [first]
     return []
 
@@ -154,9 +153,9 @@ def _duplicate_ranks(events: list[Event], job: JobContext) -> list[Event]:
         return []
     first = min((e for e in members if e.rank in doubled), key=lambda e: e.order)
     first.role, first.domain, first.category, first.strength = "cause", "application", "nccl_usage", 1
-    first.notes["duplicate_ranks"] = (f"global rank(s) {', '.join(map(str, doubled))} joined more than once while only "
-                                      f"{len(seen)} of {world} ranks joined at all: the number of tasks does not match "
-                                      "the trainer's devices and num_nodes")
+    first.notes["inferred"] = (f"global rank(s) {', '.join(map(str, doubled))} joined more than once while only "
+                               f"{len(seen)} of {world} ranks joined at all: the number of tasks does not match "
+                               "the trainer's devices and num_nodes")
     return [first]
 
 
@@ -406,7 +405,7 @@ def _unhedged_quality(verdict: Verdict, job: JobContext) -> str:
     if verdict.systemic:
         return "likely"
     hardware = primary.domain in DRAINABLE_DOMAINS
-    if hardware and (not primary.trusted or "recurrence" in primary.notes):
+    if hardware and (not primary.trusted or "inferred" in primary.notes):
         return "likely"
     if primary.time is None and job.start is not None and hardware:
         return "likely"  # cannot tell whether it happened inside the job

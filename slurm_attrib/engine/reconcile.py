@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections import defaultdict
 
 from slurm_attrib.engine.correlate import SKEW
 from slurm_attrib.engine.events import Event
@@ -286,15 +287,22 @@ BUSY_REACH = 5  # lines around the timeout where the busy rank's progress shows
 BUSY_MAX_BYTES = 16 * 1024 * 1024
 
 
-def _busy_nearby(evidence: Evidence, event: Event) -> bool:
-    """A progress bar short of 100 % printed next to the timeout: some rank was still working."""
-    source = next((f for f in evidence.files if f.rel == event.source), None)
-    if source is None or source.content_size() > BUSY_MAX_BYTES:
-        return False
-    lines = source.read_all().split(b"\n")
-    at = event.line - (source.line_offset or 0) - 1
-    window = lines[max(0, at - BUSY_REACH): at + BUSY_REACH + 1]
-    return any(PROGRESS_BAR.search(line) for line in window)
+def _busy_nearby(evidence: Evidence, timeouts: list[Event]) -> bool:
+    """A progress bar short of 100 % printed next to one of the timeouts: some rank was still
+    working.  Each file is read once."""
+    by_source: dict[str, list[Event]] = defaultdict(list)
+    for event in timeouts:
+        by_source[event.source].append(event)
+    for source in evidence.files:
+        near = by_source.get(source.rel)
+        if not near or source.content_size() > BUSY_MAX_BYTES:
+            continue
+        lines = source.read_all().split(b"\n")
+        for event in near:
+            at = event.line - (source.line_offset or 0) - 1
+            if any(PROGRESS_BAR.search(line) for line in lines[max(0, at - BUSY_REACH): at + BUSY_REACH + 1]):
+                return True
+    return False
 
 
 def setup_phase_timeouts(events: list[Event], evidence: Evidence) -> None:
@@ -310,17 +318,17 @@ def setup_phase_timeouts(events: list[Event], evidence: Evidence) -> None:
     if not early or len(early) != len(timeouts) or any(e.rank == 0 for e in timeouts):
         return
     first = min(early, key=lambda e: e.sort_key)
-    if not any(_busy_nearby(evidence, e) for e in early[:8]):
+    if not _busy_nearby(evidence, early):
         return  # no sign that rank 0 was still working: a hang at the first collective
     first.role, first.domain, first.category, first.strength = "cause", "application", "nccl_usage", 1
     ranks = ", ".join(str(r) for r in sorted({e.rank for e in early}))
     for event in events:
         if event.role == "cause" and event.domain == "scheduler":  # the cancel or time limit that ended the wait
             event.role, event.explained_by = "symptom", first
-    first.notes["setup_phase"] = (f"rank(s) {ranks} timed out in collective {first.fields['seq']}, one of the first, and rank 0 "
-                                  "reported no timeout: rank 0 was still busy setting up (data preparation) for longer than the "
-                                  "process-group timeout; raise the timeout (init_process_group(timeout=...), ddp_timeout) or "
-                                  "prepare the data before starting the process group")
+    first.notes["inferred"] = (f"rank(s) {ranks} timed out in collective {first.fields['seq']}, one of the first, and rank 0 "
+                               "reported no timeout: rank 0 was still busy setting up (data preparation) for longer than the "
+                               "process-group timeout; raise the timeout (init_process_group(timeout=...), ddp_timeout) or "
+                               "prepare the data before starting the process group")
 
 
 # Lines that only wrap another error (`terminate called after throwing an instance of ...`):
