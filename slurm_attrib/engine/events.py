@@ -19,6 +19,7 @@ from slurm_attrib.ingest.timestamps import (
     time_before,
     evidence_year,
 )
+from slurm_attrib.ingest.readers import Window
 from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
 from slurm_attrib.ruleset.scanner import Hit, Scanner
 
@@ -108,14 +109,10 @@ class ScanResult:
     last_seen: dict[str, float]
 
 
-WINDOW_CONTEXT_LINES = 256  # lines of the neighbouring blocks a window carries on each side
-WINDOW_CONTEXT_BYTES = 4 << 20  # ... at most this many bytes of them
-
-
 def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, float] | None = None) -> ScanResult:
-    """One pass over the evidence, one file at a time, a large file block by block: the events,
+    """One pass over the evidence, one file at a time, a large file window by window: the events,
     the nodes' boot times (`boot_times` when given, else estimated from the same pass) and when
-    each node was last seen.  Only one file's blocks are in memory at a time."""
+    each node was last seen.  Only one window of one file is in memory at a time."""
     year = evidence_year(evidence)
     observations: dict[str, list[float]] = {}
     pending: list[tuple[list[Event], list[tuple[LineTime, Any]]]] = []
@@ -124,13 +121,15 @@ def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, fl
         clock = FileClock(source, year, None)
         file_events: list[Event] = []
         raw: list[tuple[LineTime, Any]] = []
-        tail = b""
-        for window in _windows(source.blocks()):
+        tail, line = b"", 1
+        for window in source.windows():
             clock.enter(window.data, window.offset)
-            for hit in scanner.scan(window.data, source.kind, window.begin, window.end, window.first_line):
+            hits = scanner.scan(window.data, source.kind, window.begin, window.end, line)
+            for hit in hits:
                 event, stamp = _event_from_hit(hit, source, index, clock, place=False)
                 file_events.append(event)
                 raw.append((stamp, hit.fields.get("at")))
+            line = _line_after(window, hits, line)
             if boot_times is None and source.kind in ("kernel", "syslog"):
                 boot_observations(window.data, window.begin, window.end, source.node, year, observations)
             if window.last:
@@ -148,64 +147,13 @@ def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, fl
     return ScanResult(events, boots, _last_seen_from(stamps, boots))
 
 
-@dataclass(slots=True)
-class _Window:
-    data: bytes  # context before + body + context after
-    begin: int  # the body: data[begin:end], whole lines
-    end: int
-    offset: int  # offset of data[0] in the file's content
-    first_line: int  # number of the line at data[begin]
-    last: bool
-
-
-def _windows(blocks):
-    """Windows over line-aligned blocks: each block with up to WINDOW_CONTEXT_LINES lines of its
-    neighbours on both sides, so that look-backs and look-aheads cross block ends.  A file held
-    in one block gives one window, the block itself (no copy)."""
-    iterator = iter(blocks)
-    current = next(iterator, None)
-    before, offset, line = b"", 0, 1
-    while current is not None:
-        following = next(iterator, None)
-        while following is not None and not following:
-            following = next(iterator, None)
-        after = _head_lines(following) if following is not None else b""
-        if not before and not after:
-            data = current
-        else:
-            data = b"".join((before, current, after))
-        yield _Window(data, len(before), len(before) + len(current), offset - len(before), line, following is None)
-        line += current.count(b"\n")
-        offset += len(current)
-        before = _tail_context(before + current if len(current) < WINDOW_CONTEXT_BYTES else current)
-        del data
-        current = following
-
-
-def _head_lines(data: bytes) -> bytes:
-    """The first WINDOW_CONTEXT_LINES lines of data, within WINDOW_CONTEXT_BYTES."""
-    position = -1
-    for _ in range(WINDOW_CONTEXT_LINES):
-        found = data.find(b"\n", position + 1)
-        if found < 0:
-            return data if len(data) <= WINDOW_CONTEXT_BYTES else data[: position + 1]
-        if found + 1 > WINDOW_CONTEXT_BYTES:
-            break
-        position = found
-    return data[: position + 1]
-
-
-def _tail_context(data: bytes) -> bytes:
-    """The last WINDOW_CONTEXT_LINES lines of data (which ends at a line end), within WINDOW_CONTEXT_BYTES."""
-    position = len(data) - 1
-    for _ in range(WINDOW_CONTEXT_LINES):
-        found = data.rfind(b"\n", 0, max(position, 0))
-        if found < 0:
-            return data if len(data) <= WINDOW_CONTEXT_BYTES else data[position + 1 :]
-        if len(data) - found - 1 > WINDOW_CONTEXT_BYTES:
-            break
-        position = found
-    return data[position + 1 :]
+def _line_after(window: Window, hits: list[Hit], first_line: int) -> int:
+    """Number of the line after the window's body; counted from the last hit when there is one
+    (the scanner has counted the lines up to it)."""
+    if hits:
+        last = max(hits, key=lambda hit: hit.offset)
+        return last.lineno + window.data.count(b"\n", last.offset, window.end)
+    return first_line + window.data.count(b"\n", window.begin, window.end)
 
 
 def _date_from_later_events(file_events: list[Event]) -> None:
@@ -265,11 +213,10 @@ class FileClock:
     def _behind_of(self, offset: int) -> LineTime:
         """Nearest stamped line above; only the lines since the previous look-back are read again."""
         previous_offset, previous = self._behind
-        lines = INHERIT_LINES
+        floor = 0
         if 0 <= previous_offset <= offset + self._base:
-            since = max(previous_offset - self._base, 0)
-            lines = min(lines, self._data.count(b"\n", since, offset) + 1)
-        found = time_before(self._data, offset, self.year, max_lines=lines)
+            floor = max(previous_offset - self._base, 0)
+        found = time_before(self._data, offset, self.year, max_lines=INHERIT_LINES, floor=floor)
         if found.wall is None and found.mono is None and previous_offset >= 0:
             found = previous
         self._behind = (offset + self._base, found)

@@ -206,15 +206,20 @@ def _bracketed(text: str, pos: int, year_hint: int | None) -> LineTime:
     return NO_TIME
 
 
+# Every format above holds hh:mm:ss or a bracketed mono stamp: a line without either has no time.
+_STAMP_MARK = re.compile(rb"\d\d:\d\d:\d\d|\[\s*\d+\.\d+\]")
+
+
 def _line_text(data: bytes, start: int, end: int) -> str:
     return data[start:min(end, start + 512)].decode("utf-8", errors="replace")
 
 
-def time_before(data: bytes, offset: int, year_hint: int | None, max_lines: int = 30) -> LineTime:
+def time_before(data: bytes, offset: int, year_hint: int | None, max_lines: int = 30, floor: int = 0) -> LineTime:
     """The time of the nearest line *before* the line starting at `offset` that carries one.
 
-    Looks back at most `max_lines` lines; LineTime(None, None) when none of them has a time.
-    The line at `offset` itself is not considered (parse it with parse_line_time).
+    Looks back at most `max_lines` lines, and not at lines that start before `floor`;
+    LineTime(None, None) when none of them has a time.  The line at `offset` itself is not
+    considered (parse it with parse_line_time).
     """
     offset = max(0, min(offset, len(data)))
     line_start = data.rfind(b"\n", 0, offset) + 1  # tolerant of offsets inside a line
@@ -223,9 +228,12 @@ def time_before(data: bytes, offset: int, year_hint: int | None, max_lines: int 
         if end < 0:
             break
         start = data.rfind(b"\n", 0, end) + 1
-        found = parse_line_time(_line_text(data, start, end), year_hint)
-        if found.wall is not None or found.mono is not None:
-            return found
+        if start < floor:
+            break
+        if _STAMP_MARK.search(data, start, end) is not None:
+            found = parse_line_time(_line_text(data, start, end), year_hint)
+            if found.wall is not None or found.mono is not None:
+                return found
         end = start - 1
     return NO_TIME
 
@@ -233,16 +241,26 @@ def time_before(data: bytes, offset: int, year_hint: int | None, max_lines: int 
 def time_after(data: bytes, offset: int, year_hint: int | None, max_lines: int = 30) -> tuple[LineTime, int]:
     """The time of the nearest line *after* the line starting at `offset` that carries one, and
     the offset where the search stopped (that line's start, or the end of the lines searched)."""
-    start = data.find(b"\n", max(0, min(offset, len(data))))
+    first = data.find(b"\n", max(0, min(offset, len(data))))
+    if first < 0:
+        return NO_TIME, len(data)
+    stop = first  # the line end closing the last line searched (-1: the end of data)
     for _ in range(max_lines):
-        if start < 0:
-            return NO_TIME, len(data)
-        end = data.find(b"\n", start + 1)
-        found = parse_line_time(_line_text(data, start + 1, len(data) if end < 0 else end), year_hint)
+        stop = data.find(b"\n", stop + 1)
+        if stop < 0:
+            break
+    limit = len(data) if stop < 0 else stop
+    position = first + 1
+    while (mark := _STAMP_MARK.search(data, position, limit)) is not None:
+        start = data.rfind(b"\n", 0, mark.start()) + 1
+        end = data.find(b"\n", mark.start())
+        found = parse_line_time(_line_text(data, start, len(data) if end < 0 else end), year_hint)
         if found.wall is not None or found.mono is not None:
-            return found, start + 1
-        start = end
-    return NO_TIME, len(data) if start < 0 else start
+            return found, start
+        if end < 0:
+            break
+        position = end + 1
+    return NO_TIME, limit
 
 
 def last_time(data: bytes, year_hint: int | None, max_lines: int = 50) -> LineTime:
@@ -265,17 +283,19 @@ def year_hint(job: JobContext) -> int | None:
     return None
 
 
-_FULL_DATE_YEAR = re.compile(rb"\b(20\d\d)-[01]\d-[0-3]\d[T ][0-2]\d:|\b\d\d:\d\d:\d\d (20\d\d)\]")
+# Each starts with the year's literal "20" (a fast search) and checks what precedes it by a
+# look-behind: `2024-12-02T13:` / `2024-12-02 13:` and the ctime year of `[... 10:00:00 2024]`.
+_ISO_YEAR = re.compile(rb"(20\d\d)(?<=\b20\d\d)-[01]\d-[0-3]\d[T ][0-2]\d:")
+_CTIME_YEAR = re.compile(rb"(20\d\d)(?<=\b\d\d:\d\d:\d\d 20\d\d)\]")
 _YEAR_SAMPLE = 65536
 
 
 def sample_years(data: bytes) -> list[int]:
-    """The years that full-date timestamps in the head and tail of data carry."""
-    return [
-        int(found.group(1) or found.group(2))
-        for sample in (data[:_YEAR_SAMPLE], data[-_YEAR_SAMPLE:])
-        for found in _FULL_DATE_YEAR.finditer(sample)
-    ]
+    """The distinct years that full-date timestamps in the head and tail of data carry."""
+    found: set[bytes] = set()
+    for sample in (data[:_YEAR_SAMPLE], data[-_YEAR_SAMPLE:]):
+        found.update(_ISO_YEAR.findall(sample), _CTIME_YEAR.findall(sample))
+    return sorted(int(year) for year in found)
 
 
 def evidence_year(evidence: Evidence) -> int | None:
@@ -302,6 +322,8 @@ def boot_observations(data: bytes, begin: int, end: int, node: str | None, hint:
     (the file's node, else the host a job-level syslog line names), at most _MAX_PAIRS_PER_NODE."""
     from slurm_attrib.ingest.origin import line_origin
 
+    if node is not None and len(observations.get(node, ())) >= _MAX_PAIRS_PER_NODE:
+        return
     for found in _KERNEL_PAIR.finditer(data, begin, end):
         start = data.rfind(b"\n", 0, found.start()) + 1
         stop = data.find(b"\n", found.end())

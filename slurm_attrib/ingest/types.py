@@ -64,6 +64,15 @@ class SourceFile:
             return
         yield from readers.iter_blocks(self.path, self.start, self.size)
 
+    def windows(self):
+        """The content as readers.Window objects: one window when held in memory."""
+        from slurm_attrib.ingest import readers
+
+        if self.path is None or self.start < 0:
+            yield readers.whole_window(next(self.blocks()))
+            return
+        yield from readers.iter_windows(self.path, self.start, self.size)
+
     def read_all(self) -> bytes:
         """The whole content (reads a streamed file whole: avoid for large files)."""
         return b"".join(self.blocks())

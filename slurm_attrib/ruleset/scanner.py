@@ -1,9 +1,9 @@
 """Scan raw log bytes with the rule pack.
 
 The rules' literal `contains` strings are searched over the whole buffer at once, by the best
-engine at hand: Hyperscan when installed (the `fast` extra, x86_64), else ahocorasick-rs (a default
-dependency, wheels for x86_64 and aarch64), else GNU grep -F (all multi-literal automata), else one
-alternation in Python's `re` (slow with a hundred literals).  All find the same lines.  Only the
+engine at hand: Hyperscan (a default dependency where it has wheels: x86_64, aarch64), else
+ahocorasick-rs (the default dependency elsewhere), else GNU grep -F (all multi-literal automata),
+else one alternation in Python's `re` (slow with a hundred literals).  All find the same lines.  Only the
 lines that hold a literal are decoded and checked with the rules' regexes, so throughput is that of
 the literal search.  `SATTRIB_SCAN_ENGINE` (hyperscan, ahocorasick, grep, re) picks one by name.
 
@@ -135,7 +135,7 @@ class Scanner:
             def on_match(literal_id: int, _start: int, match_end: int, _flags: int, _ctx: Any) -> None:
                 found.append((match_end + begin, literal_id))
 
-            self._hs_db.scan(view if isinstance(view, bytes) else bytes(view), match_event_handler=on_match)
+            self._hs_db.scan(view, match_event_handler=on_match)  # any buffer: no copy
             found.sort()
         elif self._ac is not None:
             found = self._aho_corasick_matches(data, view, begin)

@@ -1,0 +1,127 @@
+"""Windows over streamed files: what the scanner reads of a large file, one pread per window."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from slurm_attrib.engine.events import scan_evidence
+from slurm_attrib.engine.pipeline import _scanner
+from slurm_attrib.ingest import readers
+from slurm_attrib.ingest.layout import load_evidence
+
+
+def _content(seed: int, crlf: bool) -> bytes:
+    rng = random.Random(seed)
+    lines = []
+    for number in range(400):
+        width = rng.choice([0, 5, 40, 120, 900]) if number != 200 else 5000  # one line longer than a block
+        lines.append(f"{number:04d} " + "x" * width)
+    text = ("\r\n" if crlf else "\n").join(lines)
+    return text.encode() + (b"" if seed % 2 else b"\n")  # odd seeds: no line end at the end
+
+
+def _windows(path, content: bytes, monkeypatch, block: int, lines: int, span: int):
+    monkeypatch.setattr(readers, "CONTEXT_LINES", lines)
+    monkeypatch.setattr(readers, "CONTEXT_BYTES", span)
+    monkeypatch.setattr(readers, "AFTER_READ", 300)
+    path.write_bytes(content)
+    return [
+        (bytes(w.data), w.begin, w.end, w.offset, w.last)
+        for w in readers.iter_windows(path, 0, len(content), block=block)
+    ]
+
+
+def _expected_before(text: bytes, at: int, lines: int, span: int) -> bytes:
+    """The last `lines` whole lines before `at` within `span` bytes (a line start)."""
+    start = at
+    for _ in range(lines):
+        previous = text.rfind(b"\n", 0, max(start - 1, 0)) + 1 if start > 0 else 0
+        if start == 0 or at - previous > span:
+            break
+        start = previous
+    return text[start:at]
+
+
+def _expected_after(text: bytes, at: int, lines: int, span: int) -> bytes:
+    end = at
+    for _ in range(lines):
+        found = text.find(b"\n", end)
+        if found < 0:
+            return text[at:] if len(text) - at <= span else text[at:end]
+        if found + 1 - at > span:
+            break
+        end = found + 1
+    return text[at:end]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("crlf", [False, True])
+def test_bodies_tile_the_content_and_contexts_are_whole_neighbour_lines(tmp_path, monkeypatch, seed, crlf):
+    content = _content(seed, crlf)
+    text = content.replace(b"\r\n", b"\n")
+    block, lines, span = [700, 1500, 4096][seed % 3], [0, 3, 8][seed % 3], [200, 2000, 1 << 20][seed % 3]
+    windows = _windows(tmp_path / "big.log", content, monkeypatch, block, lines, span)
+    assert len(windows) > 3
+    position = raw = 0  # the body's start in the normalised content and in the file
+    for data, begin, end, offset, last in windows:
+        assert offset + begin == position  # offsets are into the normalised content
+        assert data[begin:end] == text[position : position + end - begin]
+        assert data == text[offset : offset + len(data)]
+        # context sizes are measured in the file's bytes
+        assert data[:begin] == _expected_before(content, raw, lines, span).replace(b"\r\n", b"\n")
+        position += end - begin
+        raw += end - begin + (data.count(b"\n", begin, end) if crlf else 0)
+        assert data[end:] == _expected_after(content, raw, lines, span).replace(b"\r\n", b"\n")
+        assert position == len(text) or text[position - 1 : position] == b"\n"
+        assert last == (position == len(text))
+    assert position == len(text)
+
+
+def test_a_line_longer_than_the_block_is_one_body(tmp_path, monkeypatch):
+    content = b"short\n" + b"y" * 10_000 + b"\nend\n"
+    windows = _windows(tmp_path / "long.log", content, monkeypatch, 1000, 2, 1 << 20)
+    assert [data[begin:end] for data, begin, end, _, _ in windows] == [b"short\n", b"y" * 10_000 + b"\n", b"end\n"]
+
+
+def test_a_file_that_shrinks_while_read_ends_the_windows(tmp_path, monkeypatch):
+    path = tmp_path / "shrinking.log"
+    content = b"".join(b"line %d\n" % n for n in range(2000))
+    path.write_bytes(content)
+    seen = []
+    for window in readers.iter_windows(path, 0, len(content), block=1024):
+        seen.append(bytes(window.data[window.begin : window.end]))
+        if len(seen) == 2:
+            path.write_bytes(content[:3000])
+    assert b"".join(seen) == content[: len(b"".join(seen))]
+    assert len(b"".join(seen)) <= 3000 + 1024 + 64 * 1024
+
+
+def test_streamed_and_held_files_give_the_same_events(tmp_path, monkeypatch):
+    """Line numbers, times and texts of events do not depend on where windows are cut."""
+    lines = []
+    for n in range(3000):
+        if n % 97 == 5:
+            lines.append(f"[{n}.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.")
+        elif n % 13 == 0:
+            lines.append(f"[{n}.500000] random kernel line {n}")
+        else:
+            lines.append(f"untimed line {n} " + "z" * (n % 50))
+    content = ("\n".join(lines) + "\n").encode()
+    root = tmp_path / "job"
+    (root / "node001").mkdir(parents=True)
+    (root / "node001" / "dmesg.txt").write_bytes(content)
+    scanner = _scanner(())
+
+    def events(small_file: int, block: int):
+        monkeypatch.setattr(readers, "SMALL_FILE", small_file)
+        monkeypatch.setattr(readers, "WINDOW_BLOCK", block)
+        evidence = load_evidence(root)
+        assert evidence.files[0].streamed == (small_file < len(content))
+        return [(e.rule_id, e.line, e.mono, e.time, e.text) for e in scan_evidence(evidence, scanner).events]
+
+    held = events(1 << 30, readers.WINDOW_BLOCK)
+    assert len(held) == 31
+    assert events(1024, 4096) == held
+    assert events(1024, 700) == held
