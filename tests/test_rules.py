@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import textwrap
 from pathlib import Path
 
@@ -12,10 +13,10 @@ from slurm_attrib.errors import RuleError
 from slurm_attrib.paths import bundled_dir
 from slurm_attrib.ruleset.hooks import (
     CUDA_FAMILIES,
-    FAULT_SIGNALS,
+    fault_signals,
     HOOKS,
-    IBV_WC_STATUS,
-    TEARDOWN_SIGNALS,
+    ibv_wc_status,
+    teardown_signals,
     code_tables,
     decode_code,
     decode_signal,
@@ -159,7 +160,7 @@ def test_ib_status_hook():
     assert retry.notes["ib_status_name"] == "IBV_WC_RETRY_EXC_ERR" and retry.role == "cause"
     flush = _one(line.format(5), "nccl.ib_completion_error", "app")
     assert flush.notes["ib_status_name"] == "IBV_WC_WR_FLUSH_ERR" and flush.role == "symptom"
-    assert len(IBV_WC_STATUS) == 24 and IBV_WC_STATUS[12] == "IBV_WC_RETRY_EXC_ERR"
+    assert len(ibv_wc_status()) == 24 and ibv_wc_status()[12] == "IBV_WC_RETRY_EXC_ERR"
     # NCCL 2.28+ prints the name with the number; the hook reads either.
     named = _one("gpu-c:1:2 [0] transport/net_ib/p2p.cc:500 NCCL WARN NET/IB: Got completion from peer 10.0.0.8<41000> with status=IBV_WC_LOC_PROT_ERR(4) opcode=IBV_WC_RECV(128) reqSize=0 vendor_err=81 req_type=Recv hca mlx5_0", "nccl.ib_completion_error", "app")
     assert (named.notes["ib_status_name"], named.domain, named.category) == ("IBV_WC_LOC_PROT_ERR", "network", "transport_error")
@@ -284,6 +285,24 @@ def test_a_cache_file_others_can_write_is_ignored(tmp_path, monkeypatch):
     pickled.write_bytes(b"not a pickle")
     pickled.chmod(0o666)
     assert "site.sample" in {r.id for r in load_rules([site])}
+
+
+def test_code_tables_are_cached_per_version_of_their_file(tmp_path, monkeypatch):
+    from slurm_attrib.ruleset import hooks
+
+    monkeypatch.setenv("SATTRIB_CACHE_DIR", str(tmp_path))
+    hooks.code_tables.cache_clear()
+    try:
+        built = hooks.code_tables()
+        (pickled,) = tmp_path.glob("codes-*.pickle")
+        pickled.write_bytes(pickle.dumps({"signal": "from the cache"}))
+        hooks.code_tables.cache_clear()
+        assert hooks.code_tables() == {"signal": "from the cache"}  # served from the file
+        monkeypatch.setenv("SATTRIB_CACHE_DIR", "")
+        hooks.code_tables.cache_clear()
+        assert hooks.code_tables() == built == hooks._build_code_tables(bundled_dir("rules") / "_codes.yaml")
+    finally:
+        hooks.code_tables.cache_clear()
 
 # --- whole pack over the dev corpus ------------------------------------------------------------
 
@@ -416,8 +435,8 @@ def test_decode_code_is_safe_on_any_input(value):
 
 
 def test_signal_tables_and_exit_codes():
-    assert FAULT_SIGNALS == {4: "SIGILL", 7: "SIGBUS", 8: "SIGFPE", 11: "SIGSEGV"}
-    assert {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 15: "SIGTERM", 10: "SIGUSR1", 12: "SIGUSR2", 24: "SIGXCPU"}.items() <= TEARDOWN_SIGNALS.items()
+    assert fault_signals() == {4: "SIGILL", 7: "SIGBUS", 8: "SIGFPE", 11: "SIGSEGV"}
+    assert {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 15: "SIGTERM", 10: "SIGUSR1", 12: "SIGUSR2", 24: "SIGXCPU"}.items() <= teardown_signals().items()
     assert decode_signal(exitcode=-11) == (11, "negative exit code")
     assert decode_signal(exitcode=137) == (9, "shell status 128+N")
     assert decode_signal(exitcode=1) is None and decode_signal(exitcode=255) is None

@@ -1,8 +1,12 @@
-"""Windows over streamed files: what the scanner reads of a large file, one pread per window."""
+"""Windows over streamed files (what the scanner reads of a large file, one pread per window), and
+worker processes scanning a large job's files."""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -125,3 +129,46 @@ def test_streamed_and_held_files_give_the_same_events(tmp_path, monkeypatch):
     assert len(held) == 31
     assert events(1024, 4096) == held
     assert events(1024, 700) == held
+
+
+def _job_with_large_files(root, files: int = 4):
+    for n in range(files):
+        node = root / f"node{n + 1:03d}"
+        node.mkdir(parents=True)
+        lines = [f"[{t}.250000] some kernel line {t} on node {n}" for t in range(4000)]
+        lines[1000 + 500 * n] = f"[{1000 + 500 * n}.500000] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE (0x1) detected."
+        lines.insert(3000, "untimed line between stamped ones")
+        (node / "dmesg.txt").write_text("\n".join(lines) + "\n")
+
+
+def _summary(scans):
+    return [([(e.rule_id, e.line, e.mono, e.text, e.node) for e in s.events], s.raw, s.observations, s.last) for s in scans]
+
+
+def test_workers_scan_what_this_process_scans(tmp_path, monkeypatch):
+    from slurm_attrib.engine import events as events_module
+    from slurm_attrib.ingest.timestamps import evidence_year
+
+    monkeypatch.setattr(readers, "SMALL_FILE", 1024)
+    monkeypatch.setattr(readers, "WINDOW_BLOCK", 16 * 1024)
+    _job_with_large_files(tmp_path / "job")
+    evidence = load_evidence(tmp_path / "job")
+    assert all(f.streamed for f in evidence.files)
+    scanner, year = _scanner(()), evidence_year(evidence)
+    here = [events_module._scan_file(i, f, scanner, year, True) for i, f in enumerate(evidence.files)]
+    assert sum(len(s.events) for s in here) == 4
+    assert _summary(events_module._scan_in_workers(evidence, scanner, year, True, 2)) == _summary(here)
+    assert _summary(events_module._scan_in_workers(evidence, scanner, year, True, 3)) == _summary(here)
+
+
+def test_the_diagnosis_does_not_depend_on_the_number_of_workers(tmp_path):
+    _job_with_large_files(tmp_path / "job", files=3)
+    outputs = []
+    for workers in ("1", "3"):
+        out = tmp_path / f"diagnosis-{workers}.json"
+        env = {**os.environ, "SATTRIB_SCAN_WORKERS": workers}
+        subprocess.run([sys.executable, "-m", "slurm_attrib.cli", "analyze", str(tmp_path / "job"), "--output", str(out)],
+                       check=True, env=env, capture_output=True)
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1]
+    assert b"gpu_uncorrectable_ecc" in outputs[0]

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import pickle
 import re
+import threading
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +20,7 @@ from slurm_attrib.ingest.timestamps import (
     boot_observations,
     boot_times_from,
     last_time,
+    merge_observations,
     parse_line_time,
     time_after,
     time_before,
@@ -112,39 +119,103 @@ class ScanResult:
 def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, float] | None = None) -> ScanResult:
     """One pass over the evidence, one file at a time, a large file window by window: the events,
     the nodes' boot times (`boot_times` when given, else estimated from the same pass) and when
-    each node was last seen.  Only one window of one file is in memory at a time."""
+    each node was last seen.  Only one window of one file is in memory at a time (per process:
+    a large job's files are shared out to worker processes, see _scan_files)."""
     year = evidence_year(evidence)
+    scans = _scan_files(evidence, scanner, year, boot_times is None)
     observations: dict[str, list[float]] = {}
-    pending: list[tuple[list[Event], list[tuple[LineTime, Any]]]] = []
-    stamps: list[tuple[str, LineTime]] = []
-    for index, source in enumerate(evidence.files):
-        clock = FileClock(source, year, None)
-        file_events: list[Event] = []
-        raw: list[tuple[LineTime, Any]] = []
-        tail, line = b"", 1
-        for window in source.windows():
-            clock.enter(window.data, window.offset)
-            hits = scanner.scan(window.data, source.kind, window.begin, window.end, line)
-            for hit in hits:
-                event, stamp = _event_from_hit(hit, source, index, clock, place=False)
-                file_events.append(event)
-                raw.append((stamp, hit.fields.get("at")))
-            line = _line_after(window, hits, line)
-            if boot_times is None and source.kind in ("kernel", "syslog"):
-                boot_observations(window.data, window.begin, window.end, source.node, year, observations)
-            if window.last:
-                tail = window.data
-        if source.node:
-            stamps.append((source.node, last_time(tail, year)))
-        pending.append((file_events, raw))
+    for scan in scans:
+        merge_observations(observations, scan.observations)
     boots = boot_times if boot_times is not None else boot_times_from(observations)
     events: list[Event] = []
-    for file_events, raw in pending:
-        for event, (stamp, stated_at) in zip(file_events, raw):
+    for scan in scans:
+        for event, (stamp, stated_at) in zip(scan.events, scan.raw):
             _place_in_time(event, stamp, boots.get(event.node) if event.node else None, stated_at)
-        _date_from_later_events(file_events)
-        events.extend(file_events)
+        _date_from_later_events(scan.events)
+        events.extend(scan.events)
+    stamps = [(source.node, scan.last) for source, scan in zip(evidence.files, scans) if source.node]
     return ScanResult(events, boots, _last_seen_from(stamps, boots))
+
+
+@dataclass
+class _FileScan:
+    events: list[Event]
+    raw: list[tuple[LineTime, Any]]  # per event: its own or inherited stamp, and a time the line states
+    observations: dict[str, list[float]]  # boot-time observations (kernel and syslog files)
+    last: LineTime  # the time of the file's last stamped line
+
+
+def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | None, want_boots: bool) -> _FileScan:
+    clock = FileClock(source, year, None)
+    scan = _FileScan([], [], {}, NO_TIME)
+    tail, line = b"", 1
+    for window in source.windows():
+        clock.enter(window.data, window.offset)
+        hits = scanner.scan(window.data, source.kind, window.begin, window.end, line)
+        for hit in hits:
+            event, stamp = _event_from_hit(hit, source, index, clock, place=False)
+            scan.events.append(event)
+            scan.raw.append((stamp, hit.fields.get("at")))
+        line = _line_after(window, hits, line)
+        if want_boots and source.kind in ("kernel", "syslog"):
+            boot_observations(window.data, window.begin, window.end, source.node, year, scan.observations)
+        if window.last:
+            tail = window.data
+    scan.last = last_time(tail, year) if source.node else NO_TIME
+    return scan
+
+
+# A large job's files are scanned by worker processes forked from this one (the compiled rule
+# pack is inherited, not rebuilt); below this many bytes a second process costs more than it saves.
+PARALLEL_MIN_BYTES = 64 << 20
+MAX_WORKERS = 4
+WORKERS_VARIABLE = "SATTRIB_SCAN_WORKERS"  # a number; 1 scans in this process only
+_FORKED: tuple | None = None  # what forked workers scan: (files, scanner, year, want_boots)
+
+
+def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boots: bool) -> list[_FileScan]:
+    """Per file, in file order, its scan: the same whether workers scanned it or this process."""
+    workers = _worker_count(evidence)
+    if workers > 1:
+        try:
+            return _scan_in_workers(evidence, scanner, year, want_boots, workers)
+        except (OSError, BrokenProcessPool, pickle.PicklingError):
+            pass  # a worker could not start or died: scan here instead
+    return [_scan_file(i, source, scanner, year, want_boots) for i, source in enumerate(evidence.files)]
+
+
+def _worker_count(evidence: Evidence) -> int:
+    wanted = os.environ.get(WORKERS_VARIABLE, "").strip()
+    if wanted.isdigit():
+        return max(1, min(int(wanted), len(evidence.files)))
+    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+        return 1  # forking a threaded process (the service) is unsafe
+    total = sum(source.content_size() for source in evidence.files)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, MAX_WORKERS, total // PARALLEL_MIN_BYTES, len(evidence.files)))
+
+
+def _scan_in_workers(evidence: Evidence, scanner: Scanner, year: int | None, want_boots: bool,
+                     workers: int) -> list[_FileScan]:
+    global _FORKED
+    shares: list[list[int]] = [[] for _ in range(workers)]
+    loads = [0] * workers
+    for index in sorted(range(len(evidence.files)), key=lambda i: -evidence.files[i].content_size()):
+        lightest = loads.index(min(loads))  # largest file first, to the least loaded worker
+        shares[lightest].append(index)
+        loads[lightest] += evidence.files[index].content_size()
+    _FORKED = (evidence.files, scanner, year, want_boots)
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            done = dict(pair for share in pool.map(_scan_share, shares) for pair in share)
+    finally:
+        _FORKED = None
+    return [done[i] for i in range(len(evidence.files))]
+
+
+def _scan_share(indexes: list[int]) -> list[tuple[int, _FileScan]]:
+    files, scanner, year, want_boots = _FORKED
+    return [(i, _scan_file(i, files[i], scanner, year, want_boots)) for i in indexes]
 
 
 def _line_after(window: Window, hits: list[Hit], first_line: int) -> int:

@@ -339,6 +339,13 @@ def boot_observations(data: bytes, begin: int, end: int, node: str | None, hint:
             seen.append(stamp.wall - stamp.mono)
 
 
+def merge_observations(into: dict[str, list[float]], more: dict[str, list[float]]) -> None:
+    """Add one file's observations to those of the files before it, at most _MAX_PAIRS_PER_NODE."""
+    for node, values in more.items():
+        seen = into.setdefault(node, [])
+        seen.extend(values[: max(_MAX_PAIRS_PER_NODE - len(seen), 0)])
+
+
 def boot_times_from(observations: dict[str, list[float]]) -> dict[str, float]:
     return {node: statistics.median(values) for node, values in sorted(observations.items()) if values}
 

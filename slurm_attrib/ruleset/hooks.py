@@ -10,11 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from slurm_attrib.paths import bundled_dir
+from slurm_attrib.ruleset.cache import cached
 
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same result, faster
 
@@ -106,8 +108,13 @@ def _norm(text: str) -> str:
 
 @cache
 def code_tables() -> dict[str, dict[str, Any]]:
-    """The code families of rules/_codes.yaml, each with `by_number` and `by_key` indexes."""
+    """The code families of rules/_codes.yaml, each with `by_number` and `by_key` indexes (built
+    once per version of the file: kept in the user's cache)."""
     path = bundled_dir("rules") / "_codes.yaml"
+    return cached("codes", [path], lambda: _build_code_tables(path), lambda value: isinstance(value, dict))
+
+
+def _build_code_tables(path: Path) -> dict[str, dict[str, Any]]:
     families = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)["families"]
     tables: dict[str, dict[str, Any]] = {}
     for family, data in families.items():
@@ -191,10 +198,10 @@ def _apply_code(hit: "Hit", entry: dict[str, Any], note: str) -> "Hit":
     return hit
 
 
-# ibv_wc_status number -> name, read from rules/_codes.yaml (kept for importers).
-IBV_WC_STATUS: dict[int, str] = {
-    number: entry["name"] for number, entry in code_tables()["ibv_wc_status"]["by_number"].items()
-}
+@cache
+def ibv_wc_status() -> dict[int, str]:
+    """ibv_wc_status number -> name, read from rules/_codes.yaml."""
+    return {number: entry["name"] for number, entry in code_tables()["ibv_wc_status"]["by_number"].items()}
 
 
 def refine_ib_status(hit: "Hit") -> "Hit":
@@ -312,8 +319,14 @@ def _signal_names(roles: tuple[str, ...], strength: int | None = None) -> dict[i
     }
 
 
-FAULT_SIGNALS = _signal_names(("cause",), 2)
-TEARDOWN_SIGNALS = _signal_names(("symptom",))
+@cache
+def fault_signals() -> dict[int, str]:
+    return _signal_names(("cause",), 2)
+
+
+@cache
+def teardown_signals() -> dict[int, str]:
+    return _signal_names(("symptom",))
 
 
 def decode_signal(signal: Any = None, exitcode: Any = None) -> tuple[int, str] | None:

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
-import pickle
-import stat
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -15,6 +10,7 @@ from pydantic import ValidationError
 from slurm_attrib.errors import RuleError
 from slurm_attrib.paths import bundled_dir
 from slurm_attrib.ruleset import spec
+from slurm_attrib.ruleset.cache import cached
 from slurm_attrib.ruleset.spec import Rule
 
 
@@ -42,73 +38,16 @@ def load_rules(extra_dirs: list[Path] | None = None) -> list[Rule]:
     """The bundled pack plus site folders; a site rule with a bundled id replaces it.
 
     Validating ~300 rules (their regexes compiled) costs most of a short run's time, so a pack
-    validated once is kept in the user's cache, keyed by the bytes of every rule file: any
-    change to a file, or a different set of files, validates again."""
+    validated once is kept in the user's cache (ruleset.cache), keyed by the bytes of every rule
+    file and of the model: any change to a file, or a different set of files, validates again."""
     folders = [bundled_dir("rules"), *(extra_dirs or [])]
     files = rule_files(folders)
-    key = _pack_key(files)
-    cached = _read_cache(key) if key else None
-    if cached is not None:
-        return cached
-    rules = _validate(files)
-    if key:
-        _write_cache(key, rules)
-    return rules
-
-
-CACHE_VARIABLE = "SATTRIB_CACHE_DIR"  # empty: no cache
-
-
-def _cache_dir() -> Path | None:
-    if CACHE_VARIABLE in os.environ:
-        value = os.environ[CACHE_VARIABLE].strip()
-        return Path(value) if value else None
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "sattrib"
-
-
-def _pack_key(files: list[Path]) -> str | None:
-    digest = hashlib.sha256()
-    try:
-        digest.update(Path(spec.__file__).read_bytes())  # the model the pickle holds
-        for path in files:
-            digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
-    except OSError:
-        return None  # _validate reports the unreadable file
-    return digest.hexdigest()[:32]
-
-
-def _read_cache(key: str) -> list[Rule] | None:
-    """The cached pack, only from a file of this user that nobody else can write (it is a pickle)."""
-    folder = _cache_dir()
-    if folder is None:
-        return None
-    path = folder / f"rules-{key}.pickle"
-    try:
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                return None
-            rules = pickle.load(handle)
-    except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError, TypeError, ValueError):
-        return None
-    return rules if isinstance(rules, list) and all(isinstance(r, Rule) for r in rules) else None
-
-
-def _write_cache(key: str, rules: list[Rule]) -> None:
-    folder = _cache_dir()
-    if folder is None:
-        return
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for old in folder.glob("rules-*.pickle"):
-            old.unlink(missing_ok=True)  # one pack per user: the last one used
-        fd, temporary = tempfile.mkstemp(dir=folder, prefix=".rules-")
-        with os.fdopen(fd, "wb") as handle:
-            pickle.dump(rules, handle, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(temporary, folder / f"rules-{key}.pickle")
-    except OSError:
-        pass  # no cache: the next run validates again
+    return cached(
+        "rules",
+        [Path(spec.__file__), *files],  # the model the pickle holds, then the rule files
+        lambda: _validate(files),
+        lambda rules: isinstance(rules, list) and all(isinstance(r, Rule) for r in rules),
+    )
 
 
 def _validate(files: list[Path]) -> list[Rule]:

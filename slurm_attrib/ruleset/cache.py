@@ -1,0 +1,81 @@
+"""The per-user cache of what the rule pack builds from its files (validated rules, code tables).
+
+Keyed by the bytes of the files a value is built from, so any change builds again.  Values are
+pickles: only a file of this user that nobody else can write is read.  One value per kind is kept
+(the last one used).  `SATTRIB_CACHE_DIR` moves the cache; empty turns it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import stat
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CACHE_VARIABLE = "SATTRIB_CACHE_DIR"  # empty: no cache
+
+
+def cache_dir() -> Path | None:
+    if CACHE_VARIABLE in os.environ:
+        value = os.environ[CACHE_VARIABLE].strip()
+        return Path(value) if value else None
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "sattrib"
+
+
+def files_key(files: list[Path]) -> str | None:
+    """A digest of the files' paths and bytes; None when one cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        for path in files:
+            digest.update(str(path).encode() + b"\0" + Path(path).read_bytes() + b"\0")
+    except OSError:
+        return None
+    return digest.hexdigest()[:32]
+
+
+def cached(kind: str, files: list[Path], build: Callable[[], Any], valid: Callable[[Any], bool]) -> Any:
+    """build(), or the value cached for these files' bytes when it passes valid()."""
+    key = files_key(files)
+    if key is None:
+        return build()
+    value = read(kind, key)
+    if value is not None and valid(value):
+        return value
+    value = build()
+    write(kind, key, value)
+    return value
+
+
+def read(kind: str, key: str) -> Any:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    try:
+        with open(folder / f"{kind}-{key}.pickle", "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return None
+            return pickle.load(handle)
+    except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError, TypeError, ValueError):
+        return None
+
+
+def write(kind: str, key: str, value: Any) -> None:
+    folder = cache_dir()
+    if folder is None:
+        return
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for old in folder.glob(f"{kind}-*.pickle"):
+            old.unlink(missing_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=folder, prefix=f".{kind}-")
+        with os.fdopen(fd, "wb") as handle:
+            pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(temporary, folder / f"{kind}-{key}.pickle")
+    except OSError:
+        pass  # no cache: the next run builds again
