@@ -485,3 +485,21 @@ def test_sxid_without_severity_word():
 def test_xid_mig_compute_instance_keeps_pci():
     hit = _one("NVRM: Xid (PCI:0000:4e:00 GPU-I:02 GPU-CI:01): 48, pid=1, name=python, An uncorrectable double bit error", "gpu.xid")
     assert hit.fields["pci"] == "0000:4e:00" and hit.category == "gpu_uncorrectable_ecc"
+
+
+@pytest.mark.parametrize(
+    "line, domain, category, role",
+    [
+        ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.", "application", "host_oom", "cause"),
+        ("TERM_RUNLIMIT: job killed after reaching LSF run time limit.", "scheduler", "time_limit", "cause"),
+        ("TERM_OWNER: job killed by owner.", "scheduler", "cancelled", "cause"),
+        ("TERM_PREEMPT: job killed after preemption.", "scheduler", "preempted", "cause"),
+        ("TERM_CWD_NOTEXIST: current working directory is not accessible or does not exist on the execution host.",
+         "storage", "filesystem_error", "cause"),
+        ("TERM_ZOMBIE: job exited while LSF is not available.", "scheduler", None, "context"),
+        ("TERM_NOT_IN_THE_TABLE: job killed for a new reason.", "scheduler", None, "context"),
+    ],
+)
+def test_lsf_termination_reasons_decide_the_domain_through_the_code_table(line, domain, category, role):
+    (hit,) = [h for h in Scanner(RULES).match_text(line, "app") if h.rule.id == "term.lsf_termination"]
+    assert (hit.domain, hit.category, hit.role) == (domain, category, role)

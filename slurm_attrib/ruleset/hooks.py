@@ -269,6 +269,12 @@ def refine_lib_status(hit: "Hit") -> "Hit":
     return hit
 
 
+def refine_lsf_term(hit: "Hit") -> "Hit":
+    """LSF's termination reason (TERM_MEMLIMIT -> host_oom, TERM_OWNER -> cancelled ...)."""
+    entry = decode_code("lsf_term", hit.fields.get("reason"))
+    return _apply_code(hit, entry, "lsf_term") if entry is not None else hit
+
+
 def refine_sxid(hit: "Hit") -> "Hit":
     """NVSwitch SXid: the line itself says Fatal or Non-fatal ([S6][S5t])."""
     fatality = (hit.fields.get("fatal") or "").lower()
@@ -374,4 +380,5 @@ HOOKS: dict[str, Callable[["Hit"], "Hit"]] = {
     "cuda_code": refine_cuda_code,
     "nccl_result": refine_nccl_result,
     "lib_status": refine_lib_status,
+    "lsf_term": refine_lsf_term,
 }
