@@ -464,9 +464,13 @@ def _judge_hang_dump(found: HangFinding) -> Verdict:
     return verdict
 
 
+# Context that says the host stalled (where a job hung, not why): never a sign the job went well.
+STALL_TYPES = frozenset({"hung_task", "rcu_stall", "soft_lockup", "hard_lockup"})
+
+
 def _benign(event: Event) -> bool:
     """A message the rules know to be harmless (a corrected error, a link coming up)."""
-    return event.role == "context" and not event.notes
+    return event.role == "context" and not event.notes and event.type not in STALL_TYPES
 
 
 def _drains(verdict: Verdict, job: JobContext) -> list[Drain]:
