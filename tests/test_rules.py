@@ -503,3 +503,23 @@ def test_xid_mig_compute_instance_keeps_pci():
 def test_lsf_termination_reasons_decide_the_domain_through_the_code_table(line, domain, category, role):
     (hit,) = [h for h in Scanner(RULES).match_text(line, "app") if h.rule.id == "term.lsf_termination"]
     assert (hit.domain, hit.category, hit.role) == (domain, category, role)
+
+
+def test_a_warm_cache_reads_no_yaml(tmp_path):
+    """With the rule pack, code tables and Xid catalog cached, an analysis imports no YAML parser."""
+    import os
+    import subprocess
+    import sys
+
+    sample = Path(__file__).resolve().parents[1] / "slurm_attrib" / "samples" / "demo"
+    program = (
+        "import sys; from slurm_attrib import cli\n"
+        f"sys.argv = ['sattrib', 'analyze', {str(sample)!r}, '--output', {str(tmp_path / 'out.json')!r}]\n"
+        "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+        "print('yaml' in sys.modules)\n"
+    )
+    env = {**os.environ, "SATTRIB_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, check=True)
+            for _ in range(2)]
+    assert [run.stdout.split()[-1] for run in runs] == ["True", "False"]
+    assert (tmp_path / "out.json").read_text().count('"gpu_fell_off_bus"') >= 1

@@ -13,12 +13,10 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from slurm_attrib.paths import bundled_dir
 from slurm_attrib.ruleset.cache import cached
+from slurm_attrib.ruleset.loader import load_yaml_file
 
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same result, faster
 
 if TYPE_CHECKING:
     from slurm_attrib.ruleset.scanner import Hit
@@ -36,8 +34,11 @@ XID_ROLES = {
 def xid_catalog() -> dict[int, dict[str, Any]]:
     """The NVIDIA Xid catalog shipped as rules/_xid_catalog.yaml, keyed by Xid number."""
     path = bundled_dir("rules") / "_xid_catalog.yaml"
-    data = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
-    return {int(number): entry for number, entry in data["xids"].items()}
+    return cached("xids", [path], lambda: _build_xid_catalog(path), lambda value: isinstance(value, dict))
+
+
+def _build_xid_catalog(path: Path) -> dict[int, dict[str, Any]]:
+    return {int(number): entry for number, entry in load_yaml_file(path)["xids"].items()}
 
 
 def refine_xid(hit: "Hit") -> "Hit":
@@ -115,7 +116,7 @@ def code_tables() -> dict[str, dict[str, Any]]:
 
 
 def _build_code_tables(path: Path) -> dict[str, dict[str, Any]]:
-    families = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)["families"]
+    families = load_yaml_file(path)["families"]
     tables: dict[str, dict[str, Any]] = {}
     for family, data in families.items():
         by_number: dict[int, dict[str, Any]] = {}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from slurm_attrib.errors import RuleError
@@ -14,12 +13,22 @@ from slurm_attrib.ruleset.cache import cached
 from slurm_attrib.ruleset.spec import Rule
 
 
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same result, faster
+def yaml_and_loader():
+    """PyYAML and its safe loader (libyaml's when present: same result, faster).  Imported only when
+    a YAML file is actually read: with the user's cache warm an analysis reads none."""
+    import yaml
+
+    return yaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _construct(node: yaml.Node) -> object:
+def load_yaml_file(path: Path):
+    yaml, loader = yaml_and_loader()
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+
+
+def _construct(node) -> object:
     """The Python value of one composed YAML document (composed once, for its line numbers too)."""
-    loader = SAFE_LOADER("")
+    loader = yaml_and_loader()[1]("")
     try:
         return loader.construct_document(node)
     finally:
@@ -69,9 +78,10 @@ def _validate(files: list[Path]) -> list[Rule]:
 
 
 def _documents(path: Path, problems: list[str]) -> list[tuple[int, dict]]:
+    yaml, safe_loader = yaml_and_loader()
     try:
         text = path.read_text(encoding="utf-8")
-        nodes = list(yaml.compose_all(text, Loader=SAFE_LOADER))
+        nodes = list(yaml.compose_all(text, Loader=safe_loader))
         documents = [_construct(node) for node in nodes]
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         problems.append(f"{path}: cannot read rule file: {str(exc).splitlines()[0]}")
