@@ -68,32 +68,6 @@ class Event:
 INHERIT_LINES = 200
 
 
-def last_seen(evidence: Evidence, boot_times: dict[str, float]) -> dict[str, float]:
-    """Per node, the latest time any of its own files wrote a line: when it was last alive."""
-    year = evidence_year(evidence)
-    stamps = []
-    for source in evidence.files:
-        if source.node:
-            tail = b""
-            for block in source.blocks():
-                tail = _tail_lines(tail + block if len(block) < LAST_SEEN_BYTES else block)
-            stamps.append((source.node, last_time(tail, year)))
-    return _last_seen_from(stamps, boot_times)
-
-
-LAST_SEEN_BYTES = 1 << 20  # last_time reads at most 51 lines; a streamed file keeps this much of its end
-
-
-def _tail_lines(data: bytes, lines: int = 64) -> bytes:
-    """The end of data holding its last `lines` lines (at most LAST_SEEN_BYTES unless one line is longer)."""
-    position = len(data)
-    for _ in range(lines + 1):
-        position = data.rfind(b"\n", 0, position)
-        if position < 0 or len(data) - position > LAST_SEEN_BYTES:
-            return data if position < 0 else data[position + 1 :]
-    return data[position + 1 :]
-
-
 def _last_seen_from(stamps: list[tuple[str, LineTime]], boot_times: dict[str, float]) -> dict[str, float]:
     seen: dict[str, float] = {}
     for node, stamp in stamps:
@@ -103,10 +77,6 @@ def _last_seen_from(stamps: list[tuple[str, LineTime]], boot_times: dict[str, fl
         if moment is not None:
             seen[node] = max(moment, seen.get(node, moment))
     return seen
-
-
-def extract_events(evidence: Evidence, scanner: Scanner, boot_times: dict[str, float]) -> list[Event]:
-    return scan_evidence(evidence, scanner, boot_times).events
 
 
 @dataclass

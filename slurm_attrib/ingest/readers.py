@@ -420,9 +420,7 @@ def _body_end(fd: int, data: bytearray, context: int, begin: int, want: int, sto
     """End of the body begun at data[begin] (relative to data): the last line end before `want`,
     else (one line longer than the block) the first one after it, else the end of the part."""
     if context + want >= stop:
-        while _extend(fd, data, context, stop, CHUNK):
-            pass
-        return len(data)
+        return len(data)  # the span read reaches the end of the part
     cut = data.rfind(b"\n", begin, want) + 1
     if cut > 0:
         return cut

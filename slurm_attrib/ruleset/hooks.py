@@ -234,8 +234,15 @@ def refine_ib_async_event(hit: "Hit") -> "Hit":
     return hit
 
 
-def _first_field(hit: "Hit", names: tuple[str, ...]) -> list[Any]:
-    return [hit.fields.get(name) for name in names if hit.fields.get(name) not in (None, "")]
+def _refine_by_table(hit: "Hit", families: tuple[str, ...] | str, names: tuple[str, ...], note: str) -> "Hit":
+    """The first of the hit's fields `names` that the code tables `families` know decides the
+    domain (_apply_code); unknown values leave the rule as it is."""
+    for name in names:
+        value = hit.fields.get(name)
+        entry = decode_code(families, value) if value not in (None, "") else None
+        if entry is not None:
+            return _apply_code(hit, entry, note)
+    return hit
 
 
 CUDA_FAMILIES = ("cuda_runtime", "cuda_driver")
@@ -244,36 +251,23 @@ CUDA_FAMILIES = ("cuda_runtime", "cuda_driver")
 def refine_cuda_code(hit: "Hit") -> "Hit":
     """A captured CUDA error (name, number or cudaGetErrorString message) decides the domain.
 
-    Reads `cuda_error`, then `cuda_code`, `msg`, `code`; unknown values leave the rule as it is."""
-    for value in _first_field(hit, ("cuda_error", "cuda_code", "msg", "code")):
-        entry = decode_code(CUDA_FAMILIES, value)
-        if entry is not None:
-            return _apply_code(hit, entry, "cuda_error")
-    return hit
+    Reads `cuda_error`, then `cuda_code`, `msg`, `code`."""
+    return _refine_by_table(hit, CUDA_FAMILIES, ("cuda_error", "cuda_code", "msg", "code"), "cuda_error")
 
 
 def refine_nccl_result(hit: "Hit") -> "Hit":
     """ncclResult_t by number, name (ncclSystemError) or ncclGetErrorString text."""
-    for value in _first_field(hit, ("nccl_result", "result", "msg")):
-        entry = decode_code("nccl_result", value)
-        if entry is not None:
-            return _apply_code(hit, entry, "nccl_result")
-    return hit
+    return _refine_by_table(hit, "nccl_result", ("nccl_result", "result", "msg"), "nccl_result")
 
 
 def refine_lib_status(hit: "Hit") -> "Hit":
     """cuBLAS / cuDNN status names (CUBLAS_STATUS_ALLOC_FAILED -> gpu_oom ...)."""
-    for value in _first_field(hit, ("lib_status", "status", "msg")):
-        entry = decode_code(("cublas", "cudnn"), value)
-        if entry is not None:
-            return _apply_code(hit, entry, "lib_status")
-    return hit
+    return _refine_by_table(hit, ("cublas", "cudnn"), ("lib_status", "status", "msg"), "lib_status")
 
 
 def refine_lsf_term(hit: "Hit") -> "Hit":
     """LSF's termination reason (TERM_MEMLIMIT -> host_oom, TERM_OWNER -> cancelled ...)."""
-    entry = decode_code("lsf_term", hit.fields.get("reason"))
-    return _apply_code(hit, entry, "lsf_term") if entry is not None else hit
+    return _refine_by_table(hit, "lsf_term", ("reason",), "lsf_term")
 
 
 def refine_sxid(hit: "Hit") -> "Hit":
