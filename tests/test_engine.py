@@ -299,6 +299,32 @@ def test_a_nameless_cancel_next_to_the_memory_limit_is_the_memory_kill(tmp_path)
     assert (diagnosis.domain, diagnosis.category) == ("scheduler", "cancelled")
 
 
+KILL_ON_BAD_EXIT = (
+    "srun: error: gpu02: task 1: Exited with exit code 1\n"
+    "srun: launch/slurm: _step_signal: Terminating StepId=77.0\n"
+    "slurmstepd-gpu01: error: *** STEP 77.0 ON gpu01 CANCELLED AT 2026-12-02T13:07:23 ***\n"
+    "srun: error: gpu01: task 0: Terminated\n"
+)
+
+
+def test_a_step_cancelled_right_after_a_task_failed_was_not_cancelled_by_a_user(tmp_path):
+    # no job state (a bare log): the banner alone must not read as an scancel
+    diagnosis = analyze_path(write_job(tmp_path / "bare", {"slurm-77.out": KILL_ON_BAD_EXIT}, state=None))
+    assert diagnosis.domain != "scheduler", diagnosis.summary
+    alone = KILL_ON_BAD_EXIT.split("\n", 2)[2]  # the same banner with no failed task before it
+    diagnosis = analyze_path(write_job(tmp_path / "alone", {"slurm-77.out": alone}, state="CANCELLED"))
+    assert (diagnosis.domain, diagnosis.category) == ("scheduler", "cancelled")
+
+
+def test_an_unlabelled_traceback_belongs_to_the_task_srun_reports_failing_next(tmp_path):
+    traceback = ("Traceback (most recent call last):\n  File \"/home/u/train.py\", line 3, in <module>\n"
+                 "ZeroDivisionError: division by zero\n")
+    diagnosis = analyze_path(write_job(tmp_path / "job", {"gpu01/slurm-77.out": traceback + KILL_ON_BAD_EXIT}))
+    assert (diagnosis.category, diagnosis.culprit_nodes) == ("app_exception", ["gpu02"]), diagnosis.summary
+    diagnosis = analyze_path(write_job(tmp_path / "unreported", {"gpu01/slurm-77.out": traceback}))
+    assert diagnosis.culprit_nodes == ["gpu01"], diagnosis.summary  # no failed task: the node that holds the file
+
+
 def setup_timeouts(progress: bool) -> str:
     bar = "Running tokenizer on dataset:   9%|███▊      | 280000/2969526 [29:55<4:48:08, 155.57 examples/s]\n"
     lines = "".join(

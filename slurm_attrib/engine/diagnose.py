@@ -45,6 +45,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     reconcile.demote_teardown(events)
     reconcile.demote_wrappers(events)
     reconcile.cancelled_for_memory(events)
+    reconcile.cancelled_after_task_failure(events)
     reconcile.setup_phase_timeouts(events, evidence)
     reconcile.termination_as_origin(events)
     reconcile.reconcile_with_job_state(events, job)

@@ -383,6 +383,8 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             event.node = rank_to_node.get(event.rank)
         if event.node is None and event.task is not None:
             event.node = task_to_node.get(event.task)
+    _nodes_of_failed_tasks(events)
+    for event in events:
         if event.node is None:
             event.node = stored_on.get(id(event))
     known = {e.node for e in events if e.node} | set(job.nodes)
@@ -395,6 +397,33 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
         peer = _peer_of(event, ip_to_node, rank_to_node, known)
         if peer and peer != event.node:
             event.notes["peer_node"] = peer
+
+
+# srun's reports of a task that failed by itself: `<node>: task N: Exited with exit code C`, `...: Aborted`
+# (not `Terminated`/`Killed`: those tasks were ended by the step's teardown).
+FAILED_TASK_RULES = {"slurm.srun_task_exit", "slurm.srun_task_crash_signal"}
+FAILED_TASK_REACH = 40  # lines between a task's last words and srun's report of its exit
+
+
+def is_failed_task(event: Event) -> bool:
+    return event.rule_id in FAILED_TASK_RULES and event.fields.get("exitcode") != 0
+
+
+def _nodes_of_failed_tasks(events: list[Event]) -> None:
+    """srun forwards a task's output before it reports the task's exit: an unlabelled line of job
+    output (no host, rank or task) followed within a few lines by srun's first report of a failed
+    task on a named node was most likely printed by that task, not on the batch host that stores
+    the file."""
+    reports = sorted((e for e in events if is_failed_task(e) and e.node), key=lambda e: e.order)
+    if not reports:
+        return
+    for event in events:
+        if event.node is not None or event.kind != "app" or event.rule_id in FAILED_TASK_RULES:
+            continue
+        after = next((r for r in reports if r.order[0] == event.order[0] and r.order > event.order), None)
+        if after is not None and after.order[1] - event.order[1] <= FAILED_TASK_REACH:
+            event.node = after.node
+            event.notes["node_from"] = f"the task srun reported failing next ({after.source}:{after.line})"
 
 
 # Lines that open a block of one host's lines, and how many lines the block reaches: a node's

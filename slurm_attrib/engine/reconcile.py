@@ -7,7 +7,7 @@ import re
 from collections import defaultdict
 
 from slurm_attrib.engine.correlate import SKEW
-from slurm_attrib.engine.events import Event
+from slurm_attrib.engine.events import Event, is_failed_task
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.vocab import DOMAIN_OF_CATEGORY, DRAINABLE_DOMAINS
 
@@ -275,6 +275,29 @@ def cancelled_for_memory(events: list[Event]) -> None:
             limit.time, limit.time_inherited = banner.time, True
         limit.notes["memory_cancel"] = "slurmstepd cancelled the job for exceeding its memory limit"
         banner.role, banner.explained_by = "symptom", limit
+
+
+TASK_CANCEL_REACH = 20  # lines between srun's report of the failed task and the step's cancel banner
+
+
+def cancelled_after_task_failure(events: list[Event]) -> None:
+    """Before Slurm 25.05 a step killed because one of its tasks failed (`srun --kill-on-bad-exit`,
+    MPI launchers) prints the same plain `*** STEP <id> ON <node> CANCELLED AT <time> ***` as an
+    scancel (src/slurmd/slurmstepd/req.c; 25.05 adds `DUE TO TASK FAILURE`).  When srun reported
+    a failed task just before the banner, that failure ended the step, not a user: the banner is
+    its symptom (what made the task fail is the cause, when the evidence shows it)."""
+    failures = [e for e in events if is_failed_task(e)]
+    for banner in events:
+        if (banner.type != "slurm_cancelled" or banner.role != "cause" or banner.fields.get("what") != "STEP"
+                or banner.fields.get("by")):
+            continue
+        before = [f for f in failures if f.order[0] == banner.order[0]
+                  and 0 < banner.order[1] - f.order[1] <= TASK_CANCEL_REACH]
+        if not before:
+            continue
+        first = min(before, key=lambda e: e.order)
+        banner.role, banner.explained_by = "symptom", first
+        banner.notes["task_failure"] = "the step was ended because a task failed (srun --kill-on-bad-exit)"
 
 
 # A collective among the first few of a process group: the ranks have barely started working together.
