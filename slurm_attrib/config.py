@@ -43,6 +43,10 @@ class Config:
     bundle_max_bytes: int = 16 * 1024 * 1024
     context_lines: int = 2  # lines kept around each pre-filtered line
     analysis_deadline: float = 60.0  # how long the controller waits for node bundles
+    # After that first analysis, how long the worker keeps watching for the bundles still missing
+    # (a node whose job process hangs in the kernel runs its epilog only after Slurm's
+    # UnkillableStepTimeout): each late arrival is analysed again and replaces the diagnosis.
+    late_bundle_wait: float = 600.0
     drain_policy: str = "recommend"  # off | recommend | auto
     drain_max_nodes: int = 2
     systemic_threshold: int = 3  # more suspects than this in one job: drain nothing

@@ -9,7 +9,9 @@ The worker waits until every node of the job (SLURM_JOB_NODELIST, else the job r
 written <spool>/<jobid>/nodes/<node>.json.gz or until `analysis_deadline` seconds have passed,
 fetches the job's final state, exit code and times from Slurm, analyses the spool job directory,
 stores the diagnosis and applies the drain policy.  Nodes that never reported are named in the
-diagnosis' coverage (`missing`).
+diagnosis' coverage (`missing`).  The worker then keeps watching for those nodes' bundles for
+`late_bundle_wait` seconds: when one arrives the job is analysed again, the diagnosis replaced
+and the drain policy applied to the new result.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from slurm_attrib.ingest.types import CoverageEntry
@@ -31,12 +33,12 @@ def log(message: str) -> None:
     print(f"{stamp} sattrib-worker[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
 
 
-def wait_for_bundles(job_dir: Path, nodes: list[str], deadline: float) -> list[str]:
-    """Poll until every node's bundle exists or the deadline (monotonic) passes; returns the
-    nodes still missing."""
+def wait_for_bundles(job_dir: Path, nodes: list[str], deadline: float, stop_when_any: bool = False) -> list[str]:
+    """Poll until every node's bundle exists (with `stop_when_any`: until one more does) or the
+    deadline (monotonic) passes; returns the nodes still missing."""
     while True:
         missing = [n for n in nodes if not (job_dir / "nodes" / f"{n}.json.gz").is_file()]
-        if not missing or time.monotonic() >= deadline:
+        if not missing or time.monotonic() >= deadline or (stop_when_any and len(missing) < len(nodes)):
             return missing
         time.sleep(min(POLL, max(0.0, deadline - time.monotonic())))
 
@@ -72,13 +74,8 @@ def analyse_job(
 ):
     """Wait for bundles, analyse, store, apply the drain policy.  Returns the index Row."""
     from slurm_attrib.config import load_config
-    from slurm_attrib.drain import apply_policy, plan
-    from slurm_attrib.engine.pipeline import analyze_evidence
-    from slurm_attrib.ingest.bundle import load_spool_job
-    from slurm_attrib.render import render_text
-    from slurm_attrib.slurm import SlurmError, get_backend
     from slurm_attrib.hostlist import expand
-    from slurm_attrib.store import Store
+    from slurm_attrib.slurm import SlurmError, get_backend
 
     t0 = time.monotonic()
     env = dict(os.environ if env is None else env)
@@ -108,19 +105,50 @@ def analyse_job(
         info = job_info_final(backend, job_id)
     if info is not None:
         _write_job_json(job_dir, info)
+    facts = JobFacts(job_id, job_dir, nodes, info, env, wait)
+    row = _analyse_and_store(facts, config, backend, apply, f"waited {waited:.1f} s, total {time.monotonic() - t0:.1f} s")
+    while missing and config.late_bundle_wait > 0:
+        still = wait_for_bundles(job_dir, missing, time.monotonic() + config.late_bundle_wait, stop_when_any=True)
+        arrived = [n for n in missing if n not in still]
+        if not arrived or not job_dir.is_dir():
+            break
+        missing = still
+        row = _analyse_and_store(facts, config, backend, apply, f"again after the late bundle of {', '.join(arrived)}")
+    return row
 
-    evidence = load_spool_job(job_dir)
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the worker knows of a job besides its bundles."""
+
+    job_id: str
+    job_dir: Path
+    nodes: list[str]
+    info: object  # slurm JobInfo, or None without Slurm access
+    env: dict
+    wait: float
+
+
+def _analyse_and_store(facts: JobFacts, config, backend, apply: bool, how: str):
+    """Analyse the spool job directory as it is now, store the diagnosis, apply the drain policy."""
+    from slurm_attrib.drain import apply_policy, plan
+    from slurm_attrib.engine.pipeline import analyze_evidence
+    from slurm_attrib.ingest.bundle import load_spool_job
+    from slurm_attrib.render import render_text
+    from slurm_attrib.store import Store
+
+    info, env = facts.info, facts.env
+    evidence = load_spool_job(facts.job_dir)
     if info is not None:
         evidence.job = _merge(evidence.job, info)
-    known_nodes = list(dict.fromkeys([*evidence.job.nodes, *nodes]))
+    known_nodes = list(dict.fromkeys([*evidence.job.nodes, *facts.nodes]))
     if known_nodes != list(evidence.job.nodes):
         evidence.job = replace(evidence.job, nodes=tuple(known_nodes))
-    noted = {c.node for c in evidence.coverage if c.status in ("missing", "unreadable") and c.node}
-    have = {f.node for f in evidence.files if f.node}
+    noted = {c.node for c in evidence.coverage if c.node}  # its bundle was read, or said missing or unreadable
     for node in known_nodes:
-        if node not in have and node not in noted:
+        if node not in noted:
             evidence.coverage.append(
-                CoverageEntry(node, f"nodes/{node}.json.gz", None, "missing", f"no node bundle within {wait:g} s")
+                CoverageEntry(node, f"nodes/{node}.json.gz", None, "missing", f"no node bundle within {facts.wait:g} s")
             )
     diagnosis = analyze_evidence(evidence, tuple(Path(d) for d in config.rule_dirs))
     entries, note = plan(diagnosis, config)
@@ -131,13 +159,12 @@ def analyse_job(
     state = info.state if info is not None else evidence.job.state
     store = Store(config.results, config.admin_group)
     row = store.save(
-        job_id, diagnosis, render_text(diagnosis), uid=uid, user=user, state=state, drains=entries, drain_note=note
+        facts.job_id, diagnosis, render_text(diagnosis), uid=uid, user=user, state=state, drains=entries, drain_note=note
     )
     summary = ", ".join(f"{e['node']}={e['status']}" for e in entries) or "none"
     log(
-        f"job {job_id}: {diagnosis.domain}/{diagnosis.category} ({diagnosis.quality}) culprits="
-        f"{','.join(diagnosis.culprit_nodes) or '-'} drains: {summary}; waited {waited:.1f} s,"
-        f" total {time.monotonic() - t0:.1f} s"
+        f"job {facts.job_id}: {diagnosis.domain}/{diagnosis.category} ({diagnosis.quality}) culprits="
+        f"{','.join(diagnosis.culprit_nodes) or '-'} drains: {summary}; {how}"
     )
     return row
 

@@ -1,0 +1,70 @@
+"""The controller's worker and a node whose bundle comes after the analysis deadline (real
+epilog runs, the real worker in a subprocess; no Slurm: the worker analyses without the job
+record)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from conftest import REPO
+
+XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+def _diagnosis(results, job: str, want=lambda d: True, timeout: float = 30.0) -> dict:
+    path = results / job / "diagnosis.json"
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.is_file():
+            d = json.loads(path.read_text())
+            if want(d):
+                return d
+        time.sleep(0.2)
+    raise AssertionError(f"no such diagnosis of job {job} after {timeout} s: {path.read_text() if path.is_file() else '(none)'}")
+
+
+def test_a_late_bundle_is_analysed_again(node, tmp_path):
+    results = tmp_path / "results"
+    node.config.update(results=str(results), analysis_deadline=0.5, late_bundle_wait=30, drain_policy="off",
+                       slurm_backend="cli")
+    kernel = tmp_path / "kernel-%N.log"
+    (tmp_path / "kernel-gpu02.log").write_text(XID + "\n")
+    node.source(name="kernel", kind="kernel", path=str(kernel))
+    assert node.run()[0] == 0  # gpu01 reports at once, with nothing wrong in its kernel log
+    env = {**os.environ, **node.env, "SATTRIB_CONFIG": str(node.write_config()), "PATH": "/nonexistent",
+           "PYTHONPATH": str(REPO)}
+    worker = subprocess.Popen([sys.executable, "-m", "slurm_attrib.worker", "4242"], env=env,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        first = _diagnosis(results, "4242")
+        late = [c for c in first["coverage"] if c["node"] == "gpu02" and c["status"] == "missing"]
+        assert late and first["domain"] != "gpu", first["summary"]
+        assert worker.poll() is None  # still watching for gpu02
+        assert node.run(extra_env={"SLURMD_NODENAME": "gpu02"})[0] == 0
+        second = _diagnosis(results, "4242", lambda d: d["domain"] == "gpu")
+        assert second["culprit_nodes"] == ["gpu02"], second["summary"]
+        assert not [c for c in second["coverage"] if c["status"] == "missing" and c["source"].endswith(".json.gz")]
+        assert worker.wait(timeout=20) == 0  # nothing left to wait for
+    finally:
+        worker.kill()
+        log = worker.communicate()[1]
+    assert "again after the late bundle of gpu02" in log, log
+
+
+def test_the_worker_stops_watching_after_late_bundle_wait(node, tmp_path):
+    results = tmp_path / "results"
+    node.config.update(results=str(results), analysis_deadline=0.3, late_bundle_wait=1, drain_policy="off",
+                       slurm_backend="cli")
+    assert node.run()[0] == 0
+    env = {**os.environ, **node.env, "SATTRIB_CONFIG": str(node.write_config()), "PATH": "/nonexistent",
+           "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "slurm_attrib.worker", "4242"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "no bundle from gpu02" in done.stderr and "again" not in done.stderr, done.stderr
+    d = _diagnosis(results, "4242")
+    assert [c["node"] for c in d["coverage"] if c["status"] == "missing" and c["source"].endswith(".json.gz")] == ["gpu02"]
