@@ -362,3 +362,43 @@ def test_two_processes_joining_as_one_rank_is_a_launch_mismatch(tmp_path):
     assert diagnosis.category != "nccl_usage"  # a restart repeats every rank
     diagnosis = analyze_path(write_job(tmp_path / "done", {"slurm-77.out": joins}, state="COMPLETED"))
     assert diagnosis.category == "success"
+
+
+# Second look (rules/fallback.yaml): wordings no rule proper knows still give a lead to the domain.
+AMDGPU_INIT_FAILURE = (
+    "[Tue Dec  2 13:05:01 2026] [drm:amdgpu_atom_execute_table_locked [amdgpu]] *ERROR* atombios stuck executing 9300\n"
+    "[Tue Dec  2 13:05:01 2026] amdgpu 0000:67:00.0: Fatal error during GPU init\n"
+)
+
+
+def test_an_unknown_gpu_driver_failure_is_a_gpu_lead_never_drained(tmp_path):
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu03/dmesg.txt": AMDGPU_INIT_FAILURE,
+                                                  "slurm-77.out": "ERROR: rank 5 could not start\n"}))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("gpu", "gpu_hardware_other", "insufficient")
+    assert diagnosis.culprit_nodes == ["gpu03"] and diagnosis.drain == []
+    assert "no rule knows" in diagnosis.summary
+
+
+def test_a_lead_is_read_only_when_no_rule_proper_found_the_origin(tmp_path):
+    oom = "slurmstepd: error: Detected 1 oom_kill event in StepId=77.0. Some of the step tasks have been OOM Killed.\n"
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu03/dmesg.txt": AMDGPU_INIT_FAILURE, "slurm-77.out": oom}))
+    assert (diagnosis.domain, diagnosis.category) == ("application", "host_oom")
+    assert diagnosis.quality != "insufficient" and "fallback." not in " ".join(diagnosis.rules_fired)
+
+
+def test_a_line_a_rule_proper_reads_is_no_lead(tmp_path):
+    # srun's banner is a known symptom; its "error:" must not become an application lead
+    banner = "slurmstepd: error: *** STEP 77.0 ON gpu01 CANCELLED AT 2026-12-02T13:07:23 DUE TO TASK FAILURE ***\n"
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": banner}))
+    assert diagnosis.category != "app_exception", diagnosis.summary
+
+
+def test_errors_the_program_outlived_are_no_failure(tmp_path):
+    log = ("[1668693503.473099] [ampere:1188443:0] ib_log.c:246  UCX  ERROR mlx5_0: some new failure wording\n"
+           "# nThread 1 nGpus 1 minBytes 8 maxBytes 1024 step: 2(factor) warmup iters: 5 iters: 20\n"
+           "           8             2     float     sum      -1    45.82    0.00    0.00      0    38.17    0.00    0.00      0\n")
+    diagnosis = analyze_path(write_job(tmp_path / "ok", {"log.txt": log}, state=None))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("none", "success", "likely"), diagnosis.summary
+    cut = log.split("# nThread")[0]  # the same error with nothing after it is a lead
+    diagnosis = analyze_path(write_job(tmp_path / "cut", {"log.txt": cut}, state=None))
+    assert (diagnosis.domain, diagnosis.quality) == ("network", "insufficient"), diagnosis.summary

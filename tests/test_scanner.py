@@ -118,7 +118,7 @@ def test_the_default_engine_needs_no_extra(monkeypatch):
 
 
 def test_lines_without_literals_are_never_decoded():
-    scanner = Scanner(RULES, engine="re")
+    scanner = Scanner([r for r in RULES if not r.event.fallback], engine="re")  # the first pass
     data = b"step 1 loss 2.0\n" * 1000 + b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
     assert [start for start, _ in scanner.candidate_lines(data)] == [16 * 1000]
     assert [h.lineno for h in scanner.scan(data, "kernel") if h.rule.id == "gpu.xid"] == [1001]

@@ -37,12 +37,13 @@ class Verdict:
 
 def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], last_seen: dict[str, float]) -> Diagnosis:
     job = evidence.job
-    events = events + reconcile.job_state_events(evidence)
+    events = reconcile.without_leads_on_read_lines(events) + reconcile.job_state_events(evidence)
     reconcile.date_node_failures(events, last_seen)
     correlate.apply_job_window(events, job)
     correlate.link_xid_bursts(events)
     correlate.recurring_application_xids(events)
     reconcile.demote_teardown(events)
+    reconcile.demote_outlived_leads(events)
     reconcile.demote_wrappers(events)
     reconcile.cancelled_for_memory(events)
     reconcile.cancelled_after_task_failure(events)
@@ -96,6 +97,8 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float])
     verdict.quality = _quality(verdict, job)
     if "inferred" in primary.notes:  # the cause was inferred from a pattern of lines: say which
         verdict.notes.append(primary.notes["inferred"])
+    if primary.fallback:
+        verdict.notes.append("no rule knows this failure's wording: the cause is the nearest lead a generic rule found, not a finding")
     if primary.time is None and primary.type != "job_state":
         verdict.notes.append("the cause has no wall-clock time (seconds since boot with no anchor, or no time at all): it cannot be placed in the job's window")
     return verdict
@@ -401,6 +404,8 @@ def _quality(verdict: Verdict, job: JobContext) -> str:
 
 def _unhedged_quality(verdict: Verdict, job: JobContext) -> str:
     primary = verdict.primary
+    if primary.fallback:
+        return "insufficient"
     if verdict.rivals:
         return "ambiguous"
     if verdict.systemic:
@@ -438,6 +443,10 @@ def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:
         return Verdict(domain="none", category="success", quality="confirmed")
     if any(e.type in COMPLETION_MARKERS or _benign(e) for e in events):
         return Verdict(domain="none", category="success", quality="likely")
+    if any("went_on" in e.notes for e in events):
+        verdict = Verdict(domain="none", category="success", quality="likely")
+        verdict.notes.append("the only error lines are followed by the program's own progress: they did not stop it")
+        return verdict
     # Nothing recognised and no job state: an unknown failure format is no success.
     return Verdict(domain="unknown", category="no_evidence", quality="insufficient")
 

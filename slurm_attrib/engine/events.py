@@ -59,6 +59,7 @@ class Event:
     fields: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
     explained_by: "Event | None" = None
+    fallback: bool = False  # from a second-look rule: a lead, not a finding
 
     @property
     def sort_key(self) -> tuple:
@@ -303,6 +304,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
         order=(index, hit.lineno),
         fields=hit.fields,
         notes=dict(hit.notes),
+        fallback=hit.rule.event.fallback,
     )
     stamp, event.time_inherited = clock.stamp_of(first_line, hit.offset)
     if place:

@@ -95,6 +95,8 @@ def summary_for(verdict: "Verdict", symptoms: list[SymptomGroup], job: "JobConte
     if verdict.rivals:
         nodes = ", ".join(verdict.culprits)
         return f"{job_words} failed; independent faults on {nodes} cannot be ordered in time: {_event_words(primary)}{at} is one of them."
+    if primary.fallback:
+        return f"{job_words} failed; no rule knows its wording, and the nearest lead is {_event_words(primary, verdict.culprits)}{at}."
     if primary.domain == "scheduler":
         return f"{job_words} was ended by {CATEGORY_WORDS[primary.category]}{at}."
     followers = sum(group.count for group in symptoms if group.explained_by)
@@ -123,6 +125,10 @@ def actions_for(verdict: "Verdict", drains: list[Drain]) -> list[Action]:
     if primary is None:
         if verdict.category == "hang_unattributed":
             actions.append(Action(who="user", text="Enable the PyTorch flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) and NCCL_DEBUG=WARN to locate the hang next time"))
+        return actions
+    if primary.fallback:
+        who = "admin" if primary.domain in ADMIN_ACTIONS else "user"
+        actions.append(Action(who=who, text="Read the lead line and its neighbours in the evidence: no rule knows this wording, so the cause is a guess (report the wording so a rule can read it)"))
         return actions
     nodes = ", ".join(verdict.culprits) or "the nodes named in the evidence"
     if primary.notes.get("xid_action"):

@@ -16,13 +16,24 @@ from slurm_attrib.ruleset.scanner import Scanner
 
 
 @cache
-def _scanner(rule_dirs: tuple[Path, ...]) -> Scanner:
-    return Scanner(load_rules(list(rule_dirs)))
+def _scanner(rule_dirs: tuple[Path, ...], second_look: bool = False) -> Scanner:
+    """The rules proper, or (second look) those and the fallback rules."""
+    rules = load_rules(list(rule_dirs))
+    return Scanner(rules if second_look else [r for r in rules if not r.event.fallback])
 
 
 def analyze_evidence(evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> Diagnosis:
+    """The rules proper first; when they find a failure but no origin (`no_evidence`), a second
+    look with the fallback rules too, whose generic wordings can only give a lead."""
+    diagnosis = _analyze(evidence, _scanner(rule_dirs))
+    if diagnosis.category != "no_evidence":
+        return diagnosis
+    return _analyze(evidence, _scanner(rule_dirs, second_look=True))
+
+
+def _analyze(evidence: Evidence, scanner: Scanner) -> Diagnosis:
     # One pass, one file at a time (large files block by block): events, boot times, last seen.
-    scanned = scan_evidence(evidence, _scanner(rule_dirs))
+    scanned = scan_evidence(evidence, scanner)
     events = scanned.events
     # hostmap reads only small files (streamed ones are larger): do not read those again.
     held = Evidence(evidence.root, evidence.job, [f for f in evidence.files if not f.streamed], evidence.coverage)

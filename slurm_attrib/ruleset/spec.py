@@ -20,6 +20,8 @@ One rule turns one log line (or a short block starting at that line) into an eve
       severity: critical
       strength: 3                     # 1 generic .. 3 specific, for ranking causes
       hook: xid                       # optional Python refinement (ruleset/hooks.py)
+      fallback: false                 # true: read only on a second look, when no other rule found
+                                      # the origin (a lead, quality insufficient, never drained)
     references: [https://...]
     examples:
       match: [{line: '...', fields: {...}}]
@@ -93,6 +95,10 @@ class EventSpec(StrictModel):
     severity: Literal["info", "warning", "error", "critical"] = "error"
     strength: int = Field(default=2, ge=1, le=3)
     hook: str | None = None
+    # A second-look rule: generic wording (a component named next to a failure word) that is read
+    # only when the rules proper found no origin at all; its cause is a lead (quality
+    # `insufficient`), never drained.  A fallback marker (work going on) weighs the leads.
+    fallback: bool = False
 
     @model_validator(mode="after")
     def _category_fits_domain(self) -> "EventSpec":
@@ -102,6 +108,8 @@ class EventSpec(StrictModel):
             raise ValueError(f"category {self.category!r} does not belong to domain {self.domain!r}")
         if self.role == "cause" and self.category is None:
             raise ValueError("a cause needs a category")
+        if self.fallback and self.role not in ("cause", "marker"):
+            raise ValueError("a fallback rule gives a lead (a cause) or a marker the second look weighs it by")
         return self
 
 
