@@ -57,7 +57,7 @@ def load_literals(rule_dirs: tuple[str, ...] | list[str] = ()) -> Literals:
             lits.files += 1
             for doc in documents:
                 match = doc.get("match") if isinstance(doc, dict) else None
-                if not isinstance(match, dict):
+                if not isinstance(match, dict) or _second_look_marker(doc):
                     continue
                 contains = match.get("contains") or []
                 if isinstance(contains, str):
@@ -78,3 +78,10 @@ def load_literals(rule_dirs: tuple[str, ...] | list[str] = ()) -> Literals:
     lits.exact = sorted(exact)
     lits.folded = sorted(folded)
     return lits
+
+
+def _second_look_marker(doc: dict) -> bool:
+    """A fallback rule's marker (training steps reporting a loss, benchmark rows) reads lines that
+    fill a job's output: the capture does not keep lines for it."""
+    event = doc.get("event")
+    return isinstance(event, dict) and bool(event.get("fallback")) and event.get("role") == "marker"
