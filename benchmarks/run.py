@@ -6,7 +6,7 @@
                              [--skip-e2e] [--skip-rss] [--check]
 
 (a) Scan: builds a log of --size-mb MB (noise lines from simulated jobs, about 1 matching line in
-    20,000), then times `Scanner(load_rules()).scan(data, "app")` with each literal-search engine
+    20,000), then times `Scanner(first_pass_rules()).scan(data, "app")` with each literal-search engine
     (Hyperscan when installed, GNU grep -F, Python `re`), and `grep -c -E -f patterns.txt FILE`
     (LC_ALL=C) over the same file, where patterns.txt holds the rules' `match.regex` translated to
     POSIX ERE.  Best of --repeat runs each; the file is read once before timing (page cache).
@@ -63,9 +63,16 @@ def _rules_digest() -> str:
     return digest.hexdigest()[:10]
 
 
+def first_pass_rules() -> list:
+    """The rules proper: what `sattrib analyze` scans with (the fallback rules are read only on a
+    second look, when the first pass finds a failure but no origin)."""
+    from slurm_attrib.ruleset.loader import load_rules
+
+    return [rule for rule in load_rules() if not rule.event.fallback]
+
+
 def build_scan_log(size_mb: int, seed: int = 0) -> Path:
     """A log of size_mb MB of realistic noise with rare matching lines; cached by size and seed."""
-    from slurm_attrib.ruleset.loader import load_rules
     from slurm_attrib.ruleset.scanner import Scanner
     from slurm_attrib.simulate import SCENARIOS, write_scenario
 
@@ -82,7 +89,7 @@ def build_scan_log(size_mb: int, seed: int = 0) -> Path:
         lines.extend(line for line in file.read_bytes().splitlines() if line.strip())
     shutil.rmtree(corpus, ignore_errors=True)
     # split the pool into lines the rules match and the rest, with the pure-re scanner
-    scanner = Scanner(load_rules(), engine="re")
+    scanner = Scanner(first_pass_rules(), engine="re")
     blob = b"\n".join(lines) + b"\n"
     matched = {hit.lineno for kind in ("app", "kernel", "syslog") for hit in scanner.scan(blob, kind)}
     rare = sorted({lines[n - 1] for n in matched})
@@ -199,7 +206,6 @@ def _c_env() -> dict[str, str]:
 
 
 def bench_scan(size_mb: int, repeat: int) -> dict:
-    from slurm_attrib.ruleset.loader import load_rules
     from slurm_attrib.ruleset.scanner import ENGINES, Scanner, best_engine
 
     t = time.perf_counter()
@@ -207,7 +213,7 @@ def bench_scan(size_mb: int, repeat: int) -> dict:
     build_s = time.perf_counter() - t
     data = path.read_bytes()
     mb = len(data) / 1e6
-    rules = load_rules()
+    rules = first_pass_rules()
     nlines = data.count(b"\n")
     print(f"scan corpus: {path.relative_to(REPO)}  {mb:.1f} MB, {nlines:,} lines (built/reused in {build_s:.1f} s)")
     print(f"rules: {len(rules)}")
@@ -270,7 +276,6 @@ def build_big_job(size_mb: int, nodes: int = 16, scenario: str = "gpu_fell_off_b
     rule hit are unchanged), until the job holds size_mb MB spread over its files in proportion
     to their size.
     """
-    from slurm_attrib.ruleset.loader import load_rules
     from slurm_attrib.ruleset.scanner import Scanner
     from slurm_attrib.simulate import write_scenario
 
@@ -280,7 +285,7 @@ def build_big_job(size_mb: int, nodes: int = 16, scenario: str = "gpu_fell_off_b
         return folder, json.loads(stamp.read_text())
     shutil.rmtree(folder, ignore_errors=True)
     truth = write_scenario(scenario, folder, nodes=nodes, ranks_per_node=8, seed=seed)
-    scanner = Scanner(load_rules(), engine="re")
+    scanner = Scanner(first_pass_rules(), engine="re")
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "job.json")
     contents = []
     for file in files:
@@ -349,7 +354,6 @@ def _timed(command: list[str], env: dict[str, str]) -> tuple[float, int, subproc
 
 
 def bench_end_to_end(size_mb: int, repeat: int, engines: list[str] | None = None) -> dict:
-    from slurm_attrib.ruleset.loader import load_rules
     from slurm_attrib.ruleset.scanner import available_engines
 
     t = time.perf_counter()
@@ -362,7 +366,7 @@ def bench_end_to_end(size_mb: int, repeat: int, engines: list[str] | None = None
             while f.read(1 << 24):
                 pass
     pfile = WORK / "literals.ere"
-    pfile.write_text("".join(p + "\n" for p in literal_patterns(load_rules())), encoding="utf-8")
+    pfile.write_text("".join(p + "\n" for p in literal_patterns(first_pass_rules())), encoding="utf-8")
     print(f"job: {folder.relative_to(REPO)}  {mb:.1f} MB in {len(files)} files (built/reused in {build_s:.1f} s)")
     print(f"grep patterns: {sum(1 for _ in pfile.open())} rule literals; {pfile.relative_to(REPO)}\n")
     # A wheel's bytecode is compiled when pip installs it; compile this checkout's the same way, or
