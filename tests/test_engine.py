@@ -402,3 +402,9 @@ def test_errors_the_program_outlived_are_no_failure(tmp_path):
     cut = log.split("# nThread")[0]  # the same error with nothing after it is a lead
     diagnosis = analyze_path(write_job(tmp_path / "cut", {"log.txt": cut}, state=None))
     assert (diagnosis.domain, diagnosis.quality) == ("network", "insufficient"), diagnosis.summary
+
+
+def test_a_line_several_fallback_rules_read_is_one_lead(tmp_path):
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu03/dmesg.txt": AMDGPU_INIT_FAILURE}))
+    assert diagnosis.category == "gpu_hardware_other"
+    assert not [g for g in diagnosis.symptoms if g.type == "app_error_lead"]  # the same *ERROR* lines, read twice

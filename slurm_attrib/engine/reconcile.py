@@ -199,9 +199,18 @@ def demote_teardown(events: list[Event]) -> None:
 
 def without_leads_on_read_lines(events: list[Event]) -> list[Event]:
     """A second-look lead stands only on a line no rule proper gave a meaning: a line a rule
-    knows as a symptom or as harmless context is that (markers only feed the maps)."""
+    knows as a symptom or as harmless context is that (markers only feed the maps).  A line
+    several fallback rules read is one lead: the strongest (a component's vocabulary before a
+    bare error word)."""
     read = {(e.source, e.line) for e in events if not e.fallback and e.role != "marker"}
-    return [e for e in events if not (e.fallback and e.role == "cause" and (e.source, e.line) in read)]
+    best: dict[tuple[str, int], Event] = {}
+    for event in events:
+        if event.fallback and event.role == "cause" and (event.source, event.line) not in read:
+            kept = best.setdefault((event.source, event.line), event)
+            if event.strength > kept.strength:
+                best[(event.source, event.line)] = event
+    leads = {id(e) for e in best.values()}
+    return [e for e in events if not (e.fallback and e.role == "cause") or id(e) in leads]
 
 
 def demote_outlived_leads(events: list[Event]) -> None:
