@@ -408,3 +408,14 @@ def test_a_line_several_fallback_rules_read_is_one_lead(tmp_path):
     diagnosis = analyze_path(write_job(tmp_path, {"gpu03/dmesg.txt": AMDGPU_INIT_FAILURE}))
     assert diagnosis.category == "gpu_hardware_other"
     assert not [g for g in diagnosis.symptoms if g.type == "app_error_lead"]  # the same *ERROR* lines, read twice
+
+
+def test_nccl_error_frames_are_no_sign_of_success(tmp_path):
+    # `file:line -> 2`: an NCCL call returned ncclSystemError; with nothing else, no success
+    frames = ("gpu01:1050:1316 [0] NCCL INFO include/net.h:25 -> 2\n"
+              "gpu01:1050:1316 [0] NCCL INFO transport/net.cc:515 -> 2\n")
+    diagnosis = analyze_path(write_job(tmp_path, {"log.txt": frames}, state=None))
+    assert diagnosis.domain != "none", diagnosis.summary
+    warn = "gpu01:1050:1316 [0] graph/search.cc:703 NCCL WARN XML Import Channel : dev 1 not found.\n"
+    diagnosis = analyze_path(write_job(tmp_path / "warn", {"log.txt": warn + frames}, state=None))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("application", "nccl_usage", "insufficient")

@@ -423,7 +423,7 @@ def _unhedged_quality(verdict: Verdict, job: JobContext) -> str:
 def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:
     job = evidence.job
     timeouts = [e for e in events if e.type in correlate.HANG_TYPES and e.role == "symptom"]
-    failing = [e for e in events if e.role == "symptom"]
+    failing = [e for e in events if e.role == "symptom" or _nccl_error_returned(e)]
     state = reconcile.job_state(job)
     if state != "COMPLETED":  # dumps or a torchfrtrace report may be all a hung job left
         found = hang_finding(evidence, _rank_nodes(events))
@@ -480,7 +480,17 @@ STALL_TYPES = frozenset({"hung_task", "rcu_stall", "soft_lockup", "hard_lockup"}
 
 def _benign(event: Event) -> bool:
     """A message the rules know to be harmless (a corrected error, a link coming up)."""
-    return event.role == "context" and not event.notes and event.type not in STALL_TYPES
+    return event.role == "context" and not event.notes and event.type not in STALL_TYPES and not _nccl_error_returned(event)
+
+
+# ncclResult_t codes that are no failure: ncclSuccess, ncclInProgress (nonblocking calls).
+NCCL_NOT_FAILED = (0, 7)
+
+
+def _nccl_error_returned(event: Event) -> bool:
+    """An NCCL stack frame (`file:line -> code`) shows a call returned an error: the job failed
+    somewhere even when no line says why."""
+    return event.type == "nccl_error_frame" and event.fields.get("code") not in NCCL_NOT_FAILED
 
 
 def _drains(verdict: Verdict, job: JobContext) -> list[Drain]:
