@@ -316,10 +316,13 @@ def test_a_step_cancelled_right_after_a_task_failed_was_not_cancelled_by_a_user(
     assert (diagnosis.domain, diagnosis.category) == ("scheduler", "cancelled")
 
 
-def test_an_unlabelled_traceback_belongs_to_the_task_srun_reports_failing_next(tmp_path):
+def test_an_unlabelled_traceback_belongs_to_the_task_srun_reports_failing_next_to_it(tmp_path):
     traceback = ("Traceback (most recent call last):\n  File \"/home/u/train.py\", line 3, in <module>\n"
                  "ZeroDivisionError: division by zero\n")
     diagnosis = analyze_path(write_job(tmp_path / "job", {"gpu01/slurm-77.out": traceback + KILL_ON_BAD_EXIT}))
+    assert (diagnosis.category, diagnosis.culprit_nodes) == ("app_exception", ["gpu02"]), diagnosis.summary
+    lagged = KILL_ON_BAD_EXIT.split("\n", 1)[0] + "\n" + traceback + KILL_ON_BAD_EXIT.split("\n", 1)[1]
+    diagnosis = analyze_path(write_job(tmp_path / "lagged", {"gpu01/slurm-77.out": lagged}))
     assert (diagnosis.category, diagnosis.culprit_nodes) == ("app_exception", ["gpu02"]), diagnosis.summary
     diagnosis = analyze_path(write_job(tmp_path / "unreported", {"gpu01/slurm-77.out": traceback}))
     assert diagnosis.culprit_nodes == ["gpu01"], diagnosis.summary  # no failed task: the node that holds the file

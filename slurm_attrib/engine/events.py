@@ -405,6 +405,7 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
 # (not `Terminated`/`Killed`: those tasks were ended by the step's teardown).
 FAILED_TASK_RULES = {"slurm.srun_task_exit", "slurm.srun_task_crash_signal"}
 FAILED_TASK_REACH = 40  # lines between a task's last words and srun's report of its exit
+FAILED_TASK_LAG = 8  # lines srun's report may come before them: it forwards task output asynchronously
 
 
 def is_failed_task(event: Event) -> bool:
@@ -412,20 +413,32 @@ def is_failed_task(event: Event) -> bool:
 
 
 def _nodes_of_failed_tasks(events: list[Event]) -> None:
-    """srun forwards a task's output before it reports the task's exit: an unlabelled line of job
-    output (no host, rank or task) followed within a few lines by srun's first report of a failed
-    task on a named node was most likely printed by that task, not on the batch host that stores
-    the file."""
+    """srun forwards a task's output around the time it reports the task's exit: an unlabelled
+    line of job output (no host, rank or task) followed within a few lines by srun's first report
+    of a failed task on a named node (or, when srun's forwarding lagged, preceded closely by one)
+    was most likely printed by that task, not on the batch host that stores the file."""
     reports = sorted((e for e in events if is_failed_task(e) and e.node), key=lambda e: e.order)
     if not reports:
         return
     for event in events:
         if event.node is not None or event.kind != "app" or event.rule_id in FAILED_TASK_RULES:
             continue
-        after = next((r for r in reports if r.order[0] == event.order[0] and r.order > event.order), None)
-        if after is not None and after.order[1] - event.order[1] <= FAILED_TASK_REACH:
-            event.node = after.node
-            event.notes["node_from"] = f"the task srun reported failing next ({after.source}:{after.line})"
+        report = _failed_task_report_near(event, reports)
+        if report is not None:
+            event.node = report.node
+            event.notes["node_from"] = f"the task srun reported failing next to it ({report.source}:{report.line})"
+
+
+def _failed_task_report_near(event: Event, reports: list[Event]) -> Event | None:
+    """The first failed-task report after the line within reach, else the last one just before it."""
+    same_file = [r for r in reports if r.order[0] == event.order[0]]
+    after = next((r for r in same_file if r.order > event.order), None)
+    if after is not None and after.order[1] - event.order[1] <= FAILED_TASK_REACH:
+        return after
+    before = [r for r in same_file if r.order < event.order]
+    if before and event.order[1] - before[-1].order[1] <= FAILED_TASK_LAG:
+        return before[-1]
+    return None
 
 
 # Lines that open a block of one host's lines, and how many lines the block reaches: a node's
