@@ -422,3 +422,23 @@ def test_nccl_error_frames_are_no_sign_of_success(tmp_path):
     warn = "gpu01:1050:1316 [0] graph/search.cc:703 NCCL WARN XML Import Channel : dev 1 not found.\n"
     diagnosis = analyze_path(write_job(tmp_path / "warn", {"log.txt": warn + frames}, state=None))
     assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("application", "nccl_usage", "insufficient")
+
+
+def test_a_failed_health_check_is_read_by_what_it_tested_and_never_drains(tmp_path):
+    checks = {
+        "ERROR:  nhc:  Health check failed:  check_hw_ib:  No IB port mlx5_0:1 is ACTIVE (LinkUp 100 Gb/sec).": "network",
+        "ERROR:  nhc:  Health check failed:  check_fs_mount:  /scratch not mounted": "storage",
+        "ERROR:  nhc:  Health check failed:  check_hw_physmem:  Actual RAM size 250 GB less than minimum 500 GB": "host",
+        "ERROR:  nhc:  Health check failed:  Check check_xid_errors returned 1": "gpu",
+    }
+    for i, (line, domain) in enumerate(checks.items()):
+        diagnosis = analyze_path(write_job(tmp_path / str(i), {"gpu07/syslog.txt": line + "\n"}, state="FAILED"))
+        assert diagnosis.domain == domain, (line, diagnosis.summary)
+        assert diagnosis.quality == "likely" and diagnosis.drain == [], diagnosis.summary
+
+
+def test_an_informational_xid_that_a_health_check_failed_the_node_for_is_a_lead_not_a_confirmation(tmp_path):
+    lines = "Found XID errors: 63\nNode Health Check failed.  Check check_xid_errors returned 1\n"
+    diagnosis = analyze_path(write_job(tmp_path / "nhc", {"gpu07/syslog.txt": lines}, state="FAILED"))
+    assert (diagnosis.category, diagnosis.culprit_nodes, diagnosis.quality) == ("gpu_uncorrectable_ecc", ["gpu07"], "likely")
+    assert diagnosis.drain == []

@@ -98,16 +98,11 @@ KNOWN_MISSES = {
     "1631-rocm-mi100-rccl-allreduce-hang-iommu": "a silent RCCL test hang: the IOMMU setting is known from a later run",
     # round 9, collector F (arrived after the fixes; not yet worked on)
     "1650-archer2-ucx-ibv-reg-mr-cannot-allocate": "not yet read: UCX ibv_reg_mr 'Cannot allocate memory' is taken for a storage error",
-    "1651-cscs-pyxis-node-userdb-unsynced": "not yet read: pyxis user-database errors on a node are a bare-error lead",
-    "1652-cscs-cray-mpich-gtl-not-linked": "not yet read: Cray MPICH's GTL-not-linked error is a bare-error lead",
-    "1653-frontier-mpi4py-nic-policy-numa-import-order": "not yet read: Cray MPICH NIC-policy/NUMA error is a bare-error lead",
     "1654-sigma2-slurm-oom-kill-batch-step": "not yet read: the batch step's oom-kill next to a SIGKILL stays app_killed_signal",
     "1656-cscs-ngc-ucx-sighandler-segv-broken-nvrtc": "label dispute: a SIGSEGV is read as app_killed_signal; the broken NVRTC is known from the doc",
-    "1659-csc-puhti-scratch-disk-quota-exceeded": "not yet read: a quota report's '*' mark of a full area",
     # round 9, collector D (arrived last; not yet worked on)
     "1591-ucx-roce-retry-exceeded-lossy-fabric": "retry-exceeded is a transport error; the lossy RoCE fabric is known from the maintainer",
     "1592-ucx-rc-retry-exceeded-teardown-bug": "label dispute: a transport error lead; the UCX bug is known from the fix",
-    "1594-nhc-xid63-ecc-drain-ib-vm-25": "not yet read: NHC's report of an Xid 63 is a bare-error lead",
     # round 9, collector C (arrived last; not yet worked on)
     "1563-kubeflow-tfjob-evicted-node-low-memory": "not yet read: Kubernetes eviction for low node memory",
     "1566-htcondor-osg-periodic-hold-memory-usage": "not yet read: HTCondor's periodic hold for memory usage",

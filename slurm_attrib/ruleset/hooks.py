@@ -364,8 +364,48 @@ def refine_exit_signal(hit: "Hit") -> "Hit":
     return hit
 
 
+def refine_reported_xid(hit: "Hit") -> "Hit":
+    """An Xid that a health check (NHC, a site's GPU check) reports having found: the catalog
+    decides what it points at, but the report is second hand (it may be an Xid from before the
+    job), so it never confirms a hardware fault by itself."""
+    refine_xid(hit)
+    entry = xid_catalog().get(hit.fields.get("xid"))
+    if entry is not None and entry["points_at"] == "informational":
+        # The check failed the node for it (the site's policy): a memory-retirement event means
+        # memory errors happened, any other reported Xid is a GPU fault of no known kind.
+        memory = "DRAM" in entry["name"] or "ECC" in entry["name"]
+        hit.role, hit.strength, hit.severity = "cause", 2, "error"
+        hit.category = "gpu_uncorrectable_ecc" if memory else "gpu_hardware_other"
+    if hit.role == "cause":
+        hit.notes["inferred"] = f"a health check reported Xid {hit.fields.get('xid')}: the driver's own line is not in the evidence"
+    return hit
+
+
+# NHC check names (check_<area>_...) and message words -> what the failing check tested.
+_HEALTH_CHECK_AREAS = (
+    (re.compile(r"(?i)xid|gpu|nvidia|nvsmi|nvml|dcgm|nvlink|cuda|row.?remap|ecc"), "gpu", "gpu_hardware_other"),
+    (re.compile(r"(?i)ib|_ib_|infiniband|mlx\d|hca|link|ethernet|_net|_eth|rdma|opa|hfi"), "network", "fabric_other"),
+    (re.compile(r"(?i)_fs_|mount|disk|lustre|gpfs|nfs|beegfs|filesystem|file system|inode|quota"), "storage", "filesystem_error"),
+    (re.compile(r"(?i)mem|dimm|swap|cpu|mce|edac|thermal|temp|fan|power|psu|bmc|ipmi"), "host", "host_hardware_other"),
+)
+
+
+def refine_health_check(hit: "Hit") -> "Hit":
+    """A failed node health check: what the check tested (its name, its message) decides the domain;
+    a check of no known area is a node failure."""
+    text = " ".join(str(hit.fields.get(name) or '') for name in ("check", "check2", "msg"))
+    for pattern, domain, category in _HEALTH_CHECK_AREAS:
+        if pattern.search(text):
+            hit.domain, hit.category = domain, category
+            break
+    hit.notes["inferred"] = "a node health check failed: its own message names the problem, not the component's log"
+    return hit
+
+
 HOOKS: dict[str, Callable[["Hit"], "Hit"]] = {
     "xid": refine_xid,
+    "reported_xid": refine_reported_xid,
+    "health_check": refine_health_check,
     "mce_status": refine_mce_status,
     "exit_signal": refine_exit_signal,
     "ib_status": refine_ib_status,
