@@ -29,7 +29,6 @@ KNOWN_MISSES = {
     "1013-vllm-backport-hbm-dbe-cudaErrorContained": "cudaErrorContained is read as a GPU hardware error; the HBM ECC is known from dmesg the excerpt does not hold",
     "1019-levanter-gcs-curl-timeout-checkpoint-hang": "a tensorstore curl timeout to object storage is not read as a filesystem error",
     "1041-megatron-ci-expert-dp-distopt-assert": "label dispute: a Megatron configuration AssertionError is read as an application exception",
-    "1046-ffdl-learner-pod-killed-137-memory": "policy: a bare 'Killed' / exit 137 is app_killed_signal, not host_oom (tests/data/public_excerpts/README.md)",
     # round 6
     "1100-radiasoft-mce-memory-error": "a single corrected memory error is read as harmless; the thread blames the DIMM",
     "1106-checkmk-rack4-pcie-panic-on-reboot": "a fatal APEI PCIe error is read as hardware; the vendor calls it harmless at reboot",
@@ -55,7 +54,6 @@ KNOWN_MISSES = {
     "1211-bigscience-176b-prequel-hang-pyspy": "py-spy stacks of a few ranks, no timeout: nothing reads them as a hang",
     "1231-colbert-indexing-nccl-timeout": "uneven work across ranks is known from the thread; the log shows a plain timeout",
     "1232-pipedream-nccl-sigbus-docker-shm": "label dispute: a SIGBUS in NCCL from a small /dev/shm stays app_killed_signal, as rounds 4 and 5 label it",
-    "1236-dcpdn-dataloader-worker-killed": "policy: a DataLoader worker 'Killed' is app_killed_signal, not host_oom",
     "1238-llama2-jax-distributed-init-barrier-timeout": "a JAX distributed barrier timeout is read as an application exception",
     "1240-rvc-ddp-grad-strides-warning-success": "the DDP grad-strides warning is not known to be harmless",
     "1244-machin-exclusive-mode-devices-busy": "46 (devices busy) is read as the node's GPUs; the thread's cause is exclusive compute mode",
@@ -78,7 +76,6 @@ KNOWN_MISSES = {
     "1313-talos-b200-fabricmanager-lpf": "Fabric Manager / NVLSM start-up lines hold no error line",
     "1314-llamacpp-commit-iommu-xid31": "Xid 31 with IOMMU faults is read as the PCIe path; the thread found a software commit",
     "1331-radical-pilot-orte-lost-daemon-app-error": "label dispute: ORTE's lost daemon is the symptom; the user's executable is known from the reporter",
-    "1362-ompi-npb-bt-signal9-oom": "policy: a bare signal 9 is app_killed_signal, not host_oom (tests/data/public_excerpts/README.md)",
     "1368-everyvoice-preemption-restart": "label dispute: Slurm's banner says CANCELLED without DUE TO PREEMPTION",
     "1372-specfem3d-cuda-oom-mpi-abort": "the CUDA error text was lost in the post ('CUDA error !!!!!'); the OOM is known from another issue",
     "1378-cbio-mpi-smufin-pbs-oom": "PBS Exit_status=271 (a SIGTERM) does not say memory; the OOM is known from the thread",
@@ -90,7 +87,6 @@ KNOWN_MISSES = {
     "1427-ucx-ibv-create-cq-error-osu-bcast-ok": "OSU benchmark tables are not read as a completed run",
     # round 9
     "1504-azhpc-nvsmi-power-err-transient": "an nvidia-smi table with ERR! alone: nothing says the job ran fine",
-    "1530-anomalygpt-deepspeed-sigkill-host-ram": "policy: a bare SIGKILL (-9) is app_killed_signal; the host OOM is known from the reporter",
     "1531-nccl-socket-docker-bridges-ifname": "only NCCL '-> 2' frames and the interface list: the docker bridges are known from the maintainer",
     "1532-nccl-tests-nccl1-unhandled-cuda-error": "nccl-tests' 'NCCL failure ... unhandled cuda error' is a symptom; the NCCL 1.x build is known from the thread",
     "1624-autocast-postfit-rank0-barrier-hang": "the rank-0-only collective is known from the fix; the log shows a timeout and an abort",
@@ -98,7 +94,6 @@ KNOWN_MISSES = {
     "1631-rocm-mi100-rccl-allreduce-hang-iommu": "a silent RCCL test hang: the IOMMU setting is known from a later run",
     # round 9, collector F (arrived after the fixes; not yet worked on)
     "1650-archer2-ucx-ibv-reg-mr-cannot-allocate": "not yet read: UCX ibv_reg_mr 'Cannot allocate memory' is taken for a storage error",
-    "1654-sigma2-slurm-oom-kill-batch-step": "not yet read: the batch step's oom-kill next to a SIGKILL stays app_killed_signal",
     "1656-cscs-ngc-ucx-sighandler-segv-broken-nvrtc": "label dispute: a SIGSEGV is read as app_killed_signal; the broken NVRTC is known from the doc",
     # round 9, collector D (arrived last; not yet worked on)
     "1591-ucx-roce-retry-exceeded-lossy-fabric": "retry-exceeded is a transport error; the lossy RoCE fabric is known from the maintainer",

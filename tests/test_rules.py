@@ -422,7 +422,7 @@ def test_code_tables_are_complete_and_valid():
         ("signal", 11, ("SIGSEGV", "application", "app_killed_signal", "cause", 2)),
         ("signal", "SIGTERM", ("SIGTERM", "application", None, "symptom", 1)),
         ("signal", "Bus error", ("SIGBUS", "application", "app_killed_signal", "cause", 2)),
-        ("signal", 9, ("SIGKILL", "application", "app_killed_signal", "cause", 1)),
+        ("signal", 9, ("SIGKILL", "application", "host_oom", "cause", 1)),  # no sender in the evidence: the OOM killer
     ],
 )
 def test_code_decisions(family, value, expected):

@@ -188,7 +188,8 @@ def _choose_primary(candidates: list[Event]) -> tuple[Event, list[Event]]:
     else:
         ties = sorted((c for c in untimed if c.strength == untimed[0].strength), key=_tie_key)
     strongest_first = _most_specific_hardware(ties)
-    primary = _earlier_fault_on_same_component(strongest_first, candidates) or strongest_first
+    primary = (_earlier_fault_on_same_component(strongest_first, candidates)
+               or _what_the_crash_followed(strongest_first, candidates) or strongest_first)
     rivals = _independent_rivals(primary, [c for c in ties if c is not strongest_first and c is not primary])
     return primary, rivals
 
@@ -208,6 +209,31 @@ def _earlier_fault_on_same_component(chosen: Event, candidates: list[Event]) -> 
         and _same_component(c, chosen)
         and chosen.time - correlate.EXPLAIN_HORIZON <= c.time < chosen.time - _tolerance(c, chosen)
     ]
+    if not earlier:
+        return None
+    first = min(earlier, key=lambda c: c.sort_key)
+    first.notes["led_to"] = chosen.title
+    return first
+
+
+CRASH_REACH = 20  # lines of one file within which a crash follows the fault that caused it
+
+
+def _what_the_crash_followed(chosen: Event, candidates: list[Event]) -> Event | None:
+    """A process killed by a signal (a segfault, an abort) is the end of a failure, not its
+    origin, when a fault of any strength precedes it on the same node: by time, or a few lines
+    earlier in the same file when the lines have no time (an Xid 31 just before the segfault)."""
+    if chosen.category != "app_killed_signal" or chosen.node is None:
+        return None
+
+    def before(c: Event) -> bool:
+        if c.time is not None and chosen.time is not None:
+            return chosen.time - correlate.EXPLAIN_HORIZON <= c.time < chosen.time - _tolerance(c, chosen) or (
+                abs(c.time - chosen.time) <= _tolerance(c, chosen) and c.order[0] == chosen.order[0] and c.order < chosen.order)
+        return c.order[0] == chosen.order[0] and 0 < chosen.order[1] - c.order[1] <= CRASH_REACH
+
+    earlier = [c for c in candidates if c is not chosen and c.node == chosen.node
+               and c.category not in (None, "app_killed_signal") and before(c)]
     if not earlier:
         return None
     first = min(earlier, key=lambda c: c.sort_key)

@@ -359,6 +359,8 @@ def refine_exit_signal(hit: "Hit") -> "Hit":
         hit.notes["signal_from"] = source
     if entry is not None and entry["role"] == "cause":
         hit.role, hit.domain, hit.category, hit.strength = "cause", entry["domain"], entry["category"], entry["strength"]
+        if entry["name"] == "SIGKILL":
+            hit.notes["inferred"] = "SIGKILL with no sender in the evidence: most often the kernel's or the cgroup's OOM killer"
     else:
         hit.role, hit.category = "symptom", None
     return hit
