@@ -99,9 +99,6 @@ KNOWN_MISSES = {
     "1591-ucx-roce-retry-exceeded-lossy-fabric": "retry-exceeded is a transport error; the lossy RoCE fabric is known from the maintainer",
     "1592-ucx-rc-retry-exceeded-teardown-bug": "label dispute: a transport error lead; the UCX bug is known from the fix",
     # round 9, collector C (arrived last; not yet worked on)
-    "1563-kubeflow-tfjob-evicted-node-low-memory": "not yet read: Kubernetes eviction for low node memory",
-    "1566-htcondor-osg-periodic-hold-memory-usage": "not yet read: HTCondor's periodic hold for memory usage",
-    "1567-kubefate-egg-pod-evicted-memory-pressure": "not yet read: Kubernetes eviction for memory pressure",
 }
 
 ROUNDS = ("public_excerpts_round4", "public_excerpts_round5", "public_excerpts_round6", "public_excerpts_round7",

@@ -470,9 +470,11 @@ def _peer_of(event: Event, ip_to_node: dict[str, str], rank_to_node: dict[int, s
     return rank_to_node.get(int(peer_rank)) if str(peer_rank).isdigit() else None
 
 
-# Names posters put where they redacted a hostname: `HOSTNAME`, `xxx`, `<node>`, `node`.
+# Names posters put where they redacted a hostname: `HOSTNAME`, `xxx`, `<node>`, `node`; and log
+# levels that a `<time> <level> <program>:` line puts where syslog has its host.
 _PLACEHOLDER_HOST = re.compile(
-    r"(?i)^[<\[{(]*(?:x+|\*+|host(?:name)?|node(?:name)?|server|machine|redacted|hidden|localhost|your[-_]?\w*|my[-_]?\w*)[>\]})]*$"
+    r"(?i)^[<\[{(]*(?:x+|\*+|host(?:name)?|node(?:name)?|server|machine|redacted|hidden|localhost|your[-_]?\w*|my[-_]?\w*"
+    r"|error|warn(?:ing)?|info|debug|trace|fatal|critical|notice)[>\]})]*$"
 )
 
 

@@ -404,10 +404,24 @@ def refine_health_check(hit: "Hit") -> "Hit":
     return hit
 
 
+def refine_k8s_eviction(hit: "Hit") -> "Hit":
+    """What the kubelet evicted the pod for: memory (the rule's host_oom), disk (node filesystem,
+    image filesystem, ephemeral storage: a storage fault), or unnamed (a pod listed as Evicted:
+    a weak cause)."""
+    pressure = f"{hit.fields.get('resource') or ''} {hit.fields.get('condition') or ''}".lower()
+    if hit.fields.get("storage") or any(word in pressure for word in ("disk", "storage", "nodefs", "imagefs")):
+        hit.domain, hit.category = "storage", "filesystem_error"
+    elif hit.fields.get("listed"):
+        hit.strength = 1
+        hit.notes["inferred"] = "the pod is listed as Evicted without the reason: node-pressure evictions are mostly for memory"
+    return hit
+
+
 HOOKS: dict[str, Callable[["Hit"], "Hit"]] = {
     "xid": refine_xid,
     "reported_xid": refine_reported_xid,
     "health_check": refine_health_check,
+    "k8s_eviction": refine_k8s_eviction,
     "mce_status": refine_mce_status,
     "exit_signal": refine_exit_signal,
     "ib_status": refine_ib_status,
