@@ -368,14 +368,15 @@ def test_two_processes_joining_as_one_rank_is_a_launch_mismatch(tmp_path):
 
 
 # Second look (rules/fallback.yaml): wordings no rule proper knows still give a lead to the domain.
-AMDGPU_INIT_FAILURE = (
-    "[Tue Dec  2 13:05:01 2026] [drm:amdgpu_atom_execute_table_locked [amdgpu]] *ERROR* atombios stuck executing 9300\n"
-    "[Tue Dec  2 13:05:01 2026] amdgpu 0000:67:00.0: Fatal error during GPU init\n"
+# A GPU driver's failure in a wording no rule proper knows (Habana's driver here; amdgpu's own
+# wordings are rules since rules/gpu_amd.yaml).
+UNKNOWN_GPU_DRIVER_FAILURE = (
+    "[Tue Dec  2 13:05:01 2026] habanalabs hl0: Device CPU is not responding, device is not usable\n"
 )
 
 
 def test_an_unknown_gpu_driver_failure_is_a_gpu_lead_never_drained(tmp_path):
-    diagnosis = analyze_path(write_job(tmp_path, {"gpu03/dmesg.txt": AMDGPU_INIT_FAILURE,
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu03/dmesg.txt": UNKNOWN_GPU_DRIVER_FAILURE,
                                                   "slurm-77.out": "ERROR: rank 5 could not start\n"}))
     assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("gpu", "gpu_hardware_other", "insufficient")
     assert diagnosis.culprit_nodes == ["gpu03"] and diagnosis.drain == []
@@ -384,7 +385,7 @@ def test_an_unknown_gpu_driver_failure_is_a_gpu_lead_never_drained(tmp_path):
 
 def test_a_lead_is_read_only_when_no_rule_proper_found_the_origin(tmp_path):
     oom = "slurmstepd: error: Detected 1 oom_kill event in StepId=77.0. Some of the step tasks have been OOM Killed.\n"
-    diagnosis = analyze_path(write_job(tmp_path, {"gpu03/dmesg.txt": AMDGPU_INIT_FAILURE, "slurm-77.out": oom}))
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu03/dmesg.txt": UNKNOWN_GPU_DRIVER_FAILURE, "slurm-77.out": oom}))
     assert (diagnosis.domain, diagnosis.category) == ("application", "host_oom")
     assert diagnosis.quality != "insufficient" and "fallback." not in " ".join(diagnosis.rules_fired)
 
@@ -408,7 +409,7 @@ def test_errors_the_program_outlived_are_no_failure(tmp_path):
 
 
 def test_a_line_several_fallback_rules_read_is_one_lead(tmp_path):
-    diagnosis = analyze_path(write_job(tmp_path, {"gpu03/dmesg.txt": AMDGPU_INIT_FAILURE}))
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu03/dmesg.txt": UNKNOWN_GPU_DRIVER_FAILURE}))
     assert diagnosis.category == "gpu_hardware_other"
     assert not [g for g in diagnosis.symptoms if g.type == "app_error_lead"]  # the same *ERROR* lines, read twice
 
