@@ -54,7 +54,6 @@ KNOWN_MISSES = {
     "1211-bigscience-176b-prequel-hang-pyspy": "py-spy stacks of a few ranks, no timeout: nothing reads them as a hang",
     "1231-colbert-indexing-nccl-timeout": "uneven work across ranks is known from the thread; the log shows a plain timeout",
     "1232-pipedream-nccl-sigbus-docker-shm": "label dispute: a SIGBUS in NCCL from a small /dev/shm stays app_killed_signal, as rounds 4 and 5 label it",
-    "1238-llama2-jax-distributed-init-barrier-timeout": "a JAX distributed barrier timeout is read as an application exception",
     "1240-rvc-ddp-grad-strides-warning-success": "the DDP grad-strides warning is not known to be harmless",
     "1244-machin-exclusive-mode-devices-busy": "46 (devices busy) is read as the node's GPUs; the thread's cause is exclusive compute mode",
     "1246-lm-eval-harness-multigpu-eval-watchdog": "uneven evaluation across ranks is known from the thread; the log shows a plain timeout",
@@ -64,7 +63,6 @@ KNOWN_MISSES = {
     "1270-azhop-hbv2-low-real-memory-node-drain": "squeue/sinfo JSON output with a draining node is not read",
     "1272-e3sm-cori-nid10240-bad-node-process22": "the bad node is known from the thread, not from an error line",
     "1273-e3sm-pmcpu-suspect-nodes-surfrd": "the suspect nodes are known from the thread, not from an error line",
-    "1274-lightning15-ray-tune-signal-main-thread": "Python's 'signal only works in main thread' is not read",
     "1277-trixie-cn119-stale-gpu-process": "nvidia-smi process tables are not read as a stale process",
     "1279-lightning-slurm-gres-1gpu-requested-2": "label dispute: Lightning's device-count MisconfigurationException is read as app_exception",
     # round 8

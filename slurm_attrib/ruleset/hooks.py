@@ -255,6 +255,15 @@ def refine_cuda_code(hit: "Hit") -> "Hit":
     return _refine_by_table(hit, CUDA_FAMILIES, ("cuda_error", "cuda_code", "msg", "code"), "cuda_error")
 
 
+def refine_hip_code(hit: "Hit") -> "Hit":
+    """A hipError name decoded through its CUDA twin: the same name with `cuda` for `hip`, except
+    the two that HIP renamed (hipErrorOutOfMemory, hipErrorIllegalAddress)."""
+    name = hit.fields.get("name") or ""
+    twin = {"OutOfMemory": "cudaErrorMemoryAllocation", "IllegalAddress": "cudaErrorIllegalAddress"}.get(name, f"cudaError{name}")
+    entry = decode_code(CUDA_FAMILIES, twin)
+    return _apply_code(hit, entry, "cuda_error") if entry is not None else hit
+
+
 def refine_nccl_result(hit: "Hit") -> "Hit":
     """ncclResult_t by number, name (ncclSystemError) or ncclGetErrorString text."""
     return _refine_by_table(hit, "nccl_result", ("nccl_result", "result", "msg"), "nccl_result")
@@ -422,6 +431,7 @@ HOOKS: dict[str, Callable[["Hit"], "Hit"]] = {
     "reported_xid": refine_reported_xid,
     "health_check": refine_health_check,
     "k8s_eviction": refine_k8s_eviction,
+    "hip_code": refine_hip_code,
     "mce_status": refine_mce_status,
     "exit_signal": refine_exit_signal,
     "ib_status": refine_ib_status,
