@@ -443,6 +443,10 @@ def _unhedged_quality(verdict: Verdict, job: JobContext) -> str:
         return "likely"  # cannot tell whether it happened inside the job
     if primary.category == "node_failure" and primary.type == "job_state" and not verdict.culprits:
         return "likely"
+    if primary.category == "app_killed_signal":
+        # The signal says how the process died, not why: across the public rounds a thread found a
+        # deeper cause (a bug, a full /dev/shm, a bad GPU) for 5 of 12 such `confirmed` reads.
+        return "likely"
     return "confirmed" if primary.strength >= 2 else "likely"
 
 
