@@ -174,9 +174,14 @@ def test_nccl_busid_hook():
     assert hit.notes["pci"] == "0001:3b:00"
 
 
-def test_bare_killed_is_not_oom():
-    for kind in ("app", "kernel", "syslog"):
-        assert not [h for h in _hits("Killed\n", kind) if h.category == "host_oom"]
+def test_a_bare_shell_signal_line_is_read_through_the_signal_table():
+    killed = _hits("Killed\n", "app")
+    assert [(h.category, h.strength) for h in killed] == [("host_oom", 1)]  # no sender: most often the OOM killer
+    assert "OOM killer" in killed[0].notes["inferred"]
+    assert [(h.role, h.category) for h in _hits("Segmentation fault (core dumped)\n", "app")] == [("cause", "app_killed_signal")]
+    assert [h.role for h in _hits("Aborted (core dumped)\n", "app")] == ["symptom"]  # abort() after a reported failure
+    for kind in ("kernel", "syslog"):  # a shell's words, not the kernel's
+        assert not _hits("Killed\n", kind)
 
 
 def test_cuda_oom_beats_generic_exception():
@@ -524,3 +529,30 @@ def test_a_warm_cache_reads_no_yaml(tmp_path):
             for _ in range(2)]
     assert [run.stdout.split()[-1] for run in runs] == ["True", "False"]
     assert (tmp_path / "out.json").read_text().count('"gpu_fell_off_bus"') >= 1
+
+
+# Lines every healthy node logs all day.  The epilog's pre-filter reads every literal case-blind
+# (`grep -i` as soon as one rule is ignore_case): a literal found in one of these would make it keep
+# (and ship) most of the syslog and miss its time budget.
+ROUTINE_SYSTEM_LINES = [
+    "2024-04-09T01:21:39,000000+00:00 bench01 systemd[1]: session-12345.scope: Succeeded.",
+    "Apr  9 01:21:39 gpu01 systemd[1]: Started Session 4242 of User alice.",
+    "Apr  9 01:21:39 gpu01 systemd-logind[1234]: New session 4242 of user alice.",
+    "Apr  9 01:21:39 gpu01 systemd-logind[1234]: Removed session 4242.",
+    "Apr  9 01:21:39 gpu01 CRON[5678]: (root) CMD (/usr/lib/sysstat/debian-sa1 1 1)",
+    "Apr  9 01:21:39 gpu01 sshd[999]: Accepted publickey for alice from 10.0.0.5 port 51234 ssh2: RSA SHA256:abc",
+    "Apr  9 01:21:39 gpu01 sshd[999]: pam_unix(sshd:session): session opened for user alice(uid=1000) by (uid=0)",
+    "Apr  9 01:21:39 gpu01 slurmd[2222]: launch task StepId=77.0 request from UID:1000 GID:1000 HOST:10.0.0.1 PORT:40000",
+    "Apr  9 01:21:39 gpu01 chronyd[777]: Selected source 10.0.0.2 (ntp.cluster)",
+    "Apr  9 01:21:39 gpu01 kernel: [12345.678901] eth0: rx queue 3 stats 0.123456",
+]
+
+
+def test_no_rule_literal_occurs_in_routine_system_lines():
+    from slurm_attrib.capture.literals import load_literals
+
+    literals = load_literals()
+    assert not literals.errors
+    for line in ROUTINE_SYSTEM_LINES:
+        found = [lit.decode() for lit in literals.all_literals() if lit.lower() in line.lower().encode()]
+        assert not found, (line, found)
