@@ -443,3 +443,14 @@ def test_an_informational_xid_that_a_health_check_failed_the_node_for_is_a_lead_
     diagnosis = analyze_path(write_job(tmp_path / "nhc", {"gpu07/syslog.txt": lines}, state="FAILED"))
     assert (diagnosis.category, diagnosis.culprit_nodes, diagnosis.quality) == ("gpu_uncorrectable_ecc", ["gpu07"], "likely")
     assert diagnosis.drain == []
+
+
+def test_results_with_no_error_line_read_as_likely_success_without_a_job_state(tmp_path):
+    rows = ("#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+            "           8             2     float     sum      -1    45.46    0.00    0.00    N/A\n"
+            "          32             8     float     sum      -1    41.74    0.00    0.00    N/A\n")
+    diagnosis = analyze_path(write_job(tmp_path / "rows", {"slurm-77.out": rows}, state=None))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("none", "success", "likely")
+    nothing = "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+    diagnosis = analyze_path(write_job(tmp_path / "header", {"slurm-77.out": nothing}, state=None))
+    assert diagnosis.category == "no_evidence"  # no result, no error: nothing to go by

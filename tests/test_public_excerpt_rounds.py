@@ -53,7 +53,6 @@ KNOWN_MISSES = {
     "1211-bigscience-176b-prequel-hang-pyspy": "py-spy stacks of a few ranks, no timeout: nothing reads them as a hang",
     "1231-colbert-indexing-nccl-timeout": "uneven work across ranks is known from the thread; the log shows a plain timeout",
     "1232-pipedream-nccl-sigbus-docker-shm": "label dispute: a SIGBUS in NCCL from a small /dev/shm stays app_killed_signal, as rounds 4 and 5 label it",
-    "1240-rvc-ddp-grad-strides-warning-success": "the DDP grad-strides warning is not known to be harmless",
     "1244-machin-exclusive-mode-devices-busy": "46 (devices busy) is read as the node's GPUs; the thread's cause is exclusive compute mode",
     "1246-lm-eval-harness-multigpu-eval-watchdog": "uneven evaluation across ranks is known from the thread; the log shows a plain timeout",
     "1260-scream-knl-nid05683-bad-node": "wrong numbers from one node: the bad node is known from the thread, not from an error line",

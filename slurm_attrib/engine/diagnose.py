@@ -477,6 +477,10 @@ def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:
         verdict = Verdict(domain="none", category="success", quality="likely")
         verdict.notes.append("the only error lines are followed by the program's own progress: they did not stop it")
         return verdict
+    if any(e.type == "work_progress" for e in events):  # the second look's progress marker
+        verdict = Verdict(domain="none", category="success", quality="likely")
+        verdict.notes.append("no error line, and the program printed its own results (benchmark rows, training losses)")
+        return verdict
     # Nothing recognised and no job state: an unknown failure format is no success.
     return Verdict(domain="unknown", category="no_evidence", quality="insufficient")
 
