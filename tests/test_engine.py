@@ -431,6 +431,7 @@ def test_a_failed_health_check_is_read_by_what_it_tested_and_never_drains(tmp_pa
         "ERROR:  nhc:  Health check failed:  check_fs_mount:  /scratch not mounted": "storage",
         "ERROR:  nhc:  Health check failed:  check_hw_physmem:  Actual RAM size 250 GB less than minimum 500 GB": "host",
         "ERROR:  nhc:  Health check failed:  Check check_xid_errors returned 1": "gpu",
+        "Node Health Check failed.  Check check_hw_ib returned 1": "network",
     }
     for i, (line, domain) in enumerate(checks.items()):
         diagnosis = analyze_path(write_job(tmp_path / str(i), {"gpu07/syslog.txt": line + "\n"}, state="FAILED"))

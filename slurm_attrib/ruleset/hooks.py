@@ -395,7 +395,7 @@ def refine_reported_xid(hit: "Hit") -> "Hit":
 # NHC check names (check_<area>_...) and message words -> what the failing check tested.
 _HEALTH_CHECK_AREAS = (
     (re.compile(r"(?i)xid|gpu|nvidia|nvsmi|nvml|dcgm|nvlink|cuda|row.?remap|ecc"), "gpu", "gpu_hardware_other"),
-    (re.compile(r"(?i)ib|_ib_|infiniband|mlx\d|hca|link|ethernet|_net|_eth|rdma|opa|hfi"), "network", "fabric_other"),
+    (re.compile(r"(?i)\bib\b|_ib\b|infiniband|mlx\d|hca|\blink\b|ethernet|_net|_eth|rdma|\bopa\b|hfi"), "network", "fabric_other"),
     (re.compile(r"(?i)_fs_|mount|disk|lustre|gpfs|nfs|beegfs|filesystem|file system|inode|quota"), "storage", "filesystem_error"),
     (re.compile(r"(?i)mem|dimm|swap|cpu|mce|edac|thermal|temp|fan|power|psu|bmc|ipmi"), "host", "host_hardware_other"),
 )
@@ -404,7 +404,7 @@ _HEALTH_CHECK_AREAS = (
 def refine_health_check(hit: "Hit") -> "Hit":
     """A failed node health check: what the check tested (its name, its message) decides the domain;
     a check of no known area is a node failure."""
-    text = " ".join(str(hit.fields.get(name) or '') for name in ("check", "check2", "msg"))
+    text = " ".join(str(hit.fields.get(name) or "") for name in ("check", "check2", "msg"))
     for pattern, domain, category in _HEALTH_CHECK_AREAS:
         if pattern.search(text):
             hit.domain, hit.category = domain, category
