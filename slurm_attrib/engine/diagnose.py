@@ -199,21 +199,15 @@ def _earlier_fault_on_same_component(chosen: Event, candidates: list[Event]) -> 
     of hardware) is the origin, and the stronger one that follows it is its consequence."""
     if chosen.time is None or chosen.domain not in HARDWARE_PRECEDENCE or chosen.node is None:
         return None
-    earlier = [
+    return _origin_of(chosen, [
         c
         for c in candidates
         if c is not chosen
-        and c.time is not None
         and c.node == chosen.node
         and c.trusted >= chosen.trusted
         and _same_component(c, chosen)
-        and chosen.time - correlate.EXPLAIN_HORIZON <= c.time < chosen.time - _tolerance(c, chosen)
-    ]
-    if not earlier:
-        return None
-    first = min(earlier, key=lambda c: c.sort_key)
-    first.notes["led_to"] = chosen.title
-    return first
+        and _earlier_in_time(c, chosen)
+    ])
 
 
 CRASH_REACH = 20  # lines of one file within which a crash follows the fault that caused it
@@ -221,19 +215,30 @@ CRASH_REACH = 20  # lines of one file within which a crash follows the fault tha
 
 def _what_the_crash_followed(chosen: Event, candidates: list[Event]) -> Event | None:
     """A process killed by a signal (a segfault, an abort) is the end of a failure, not its
-    origin, when a fault of any strength precedes it on the same node: by time, or a few lines
-    earlier in the same file when the lines have no time (an Xid 31 just before the segfault)."""
+    origin, when a fault of any strength precedes it on the same node: by time, earlier in the same
+    file within the same second, or a few lines earlier when the lines have no time."""
     if chosen.category != "app_killed_signal" or chosen.node is None:
         return None
 
     def before(c: Event) -> bool:
+        same_file_earlier = c.order[0] == chosen.order[0] and c.order < chosen.order
         if c.time is not None and chosen.time is not None:
-            return chosen.time - correlate.EXPLAIN_HORIZON <= c.time < chosen.time - _tolerance(c, chosen) or (
-                abs(c.time - chosen.time) <= _tolerance(c, chosen) and c.order[0] == chosen.order[0] and c.order < chosen.order)
-        return c.order[0] == chosen.order[0] and 0 < chosen.order[1] - c.order[1] <= CRASH_REACH
+            simultaneous = abs(c.time - chosen.time) <= _tolerance(c, chosen)
+            return _earlier_in_time(c, chosen) or (simultaneous and same_file_earlier)
+        return same_file_earlier and chosen.order[1] - c.order[1] <= CRASH_REACH
 
-    earlier = [c for c in candidates if c is not chosen and c.node == chosen.node
-               and c.category not in (None, "app_killed_signal") and before(c)]
+    return _origin_of(chosen, [c for c in candidates if c is not chosen and c.node == chosen.node
+                               and c.category not in (None, "app_killed_signal") and before(c)])
+
+
+def _earlier_in_time(c: Event, chosen: Event) -> bool:
+    """c happened before chosen, clearly (beyond clock skew) and recently enough to explain it."""
+    return (c.time is not None and chosen.time is not None
+            and chosen.time - correlate.EXPLAIN_HORIZON <= c.time < chosen.time - _tolerance(c, chosen))
+
+
+def _origin_of(chosen: Event, earlier: list[Event]) -> Event | None:
+    """The first of the faults that preceded `chosen`: the origin it followed from."""
     if not earlier:
         return None
     first = min(earlier, key=lambda c: c.sort_key)
@@ -473,13 +478,11 @@ def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:
         return Verdict(domain="none", category="success", quality="confirmed")
     if any(e.type in COMPLETION_MARKERS or _benign(e) for e in events):
         return Verdict(domain="none", category="success", quality="likely")
-    if any("went_on" in e.notes for e in events):
+    went_on = any("went_on" in e.notes for e in events)
+    if went_on or any(e.type == "work_progress" for e in events):  # the second look's progress marker
         verdict = Verdict(domain="none", category="success", quality="likely")
-        verdict.notes.append("the only error lines are followed by the program's own progress: they did not stop it")
-        return verdict
-    if any(e.type == "work_progress" for e in events):  # the second look's progress marker
-        verdict = Verdict(domain="none", category="success", quality="likely")
-        verdict.notes.append("no error line, and the program printed its own results (benchmark rows, training losses)")
+        verdict.notes.append("the only error lines are followed by the program's own progress: they did not stop it"
+                             if went_on else "no error line, and the program printed its own results (benchmark rows, training losses)")
         return verdict
     # Nothing recognised and no job state: an unknown failure format is no success.
     return Verdict(domain="unknown", category="no_evidence", quality="insufficient")
