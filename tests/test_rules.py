@@ -555,6 +555,7 @@ ROUTINE_JOB_LINES = [
     "for optimal performance in your application as needed.",
     "gpu01:4242:4242 [0] NCCL INFO Channel 00/02 :    0   1   2   3",
     "gpu01:4242:4242 [0] NCCL INFO Using network IB",
+    "gpu01:4242:4280 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read",
     "Epoch 3/10:  45%|####5     | 562/1250 [00:59<01:12,  9.51it/s, loss=2.31]",
 ]
 
