@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import pickle
 import re
 import threading
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,10 +144,9 @@ def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boo
     """Per file, in file order, its scan: the same whether workers scanned it or this process."""
     workers = _worker_count(evidence)
     if workers > 1:
-        try:
-            return _scan_in_workers(evidence, scanner, year, want_boots, workers)
-        except (OSError, BrokenProcessPool, pickle.PicklingError):
-            pass  # a worker could not start or died: scan here instead
+        scans = _scan_in_workers(evidence, scanner, year, want_boots, workers)
+        if scans is not None:
+            return scans
     return [_scan_file(i, source, scanner, year, want_boots) for i, source in enumerate(evidence.files)]
 
 
@@ -159,7 +154,7 @@ def _worker_count(evidence: Evidence) -> int:
     wanted = os.environ.get(WORKERS_VARIABLE, "").strip()
     if wanted.isdigit():
         return max(1, min(int(wanted), len(evidence.files)))
-    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+    if not hasattr(os, "fork") or threading.active_count() > 1:
         return 1  # forking a threaded process (the service) is unsafe
     total = sum(source.content_size() for source in evidence.files)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -167,7 +162,14 @@ def _worker_count(evidence: Evidence) -> int:
 
 
 def _scan_in_workers(evidence: Evidence, scanner: Scanner, year: int | None, want_boots: bool,
-                     workers: int) -> list[_FileScan]:
+                     workers: int) -> list[_FileScan] | None:
+    """None when a worker could not start or died (the caller scans in this process instead)."""
+    # Imported here: most jobs are small and never start a worker.
+    import multiprocessing
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     global _FORKED
     shares: list[list[int]] = [[] for _ in range(workers)]
     loads = [0] * workers
@@ -179,6 +181,8 @@ def _scan_in_workers(evidence: Evidence, scanner: Scanner, year: int | None, wan
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
             done = dict(pair for share in pool.map(_scan_share, shares) for pair in share)
+    except (OSError, BrokenProcessPool, pickle.PicklingError):
+        return None
     finally:
         _FORKED = None
     return [done[i] for i in range(len(evidence.files))]
