@@ -409,7 +409,9 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
 # (not `Terminated`/`Killed`: those tasks were ended by the step's teardown).
 FAILED_TASK_RULES = {"slurm.srun_task_exit", "slurm.srun_task_crash_signal"}
 FAILED_TASK_REACH = 40  # lines between a task's last words and srun's report of its exit
-FAILED_TASK_LAG = 8  # lines srun's report may come before them: it forwards task output asynchronously
+# Lines srun's report may come before them: srun forwards task output asynchronously, so its
+# report can precede a whole traceback and the lines other tasks printed meanwhile.
+FAILED_TASK_LAG = 20
 
 
 def is_failed_task(event: Event) -> bool:
