@@ -321,14 +321,14 @@ def test_an_unlabelled_traceback_belongs_to_the_task_srun_reports_failing_next_t
                  "ZeroDivisionError: division by zero\n")
     diagnosis = analyze_path(write_job(tmp_path / "job", {"gpu01/slurm-77.out": traceback + KILL_ON_BAD_EXIT}))
     assert (diagnosis.category, diagnosis.culprit_nodes) == ("app_exception", ["gpu02"]), diagnosis.summary
-    lagged = KILL_ON_BAD_EXIT.split("\n", 1)[0] + "\n" + traceback + KILL_ON_BAD_EXIT.split("\n", 1)[1]
-    diagnosis = analyze_path(write_job(tmp_path / "lagged", {"gpu01/slurm-77.out": lagged}))
+    report, rest = KILL_ON_BAD_EXIT.split("\n", 1)  # srun's failed-task report, then the teardown
+    diagnosis = analyze_path(write_job(tmp_path / "lagged", {"gpu01/slurm-77.out": report + "\n" + traceback + rest}))
     assert (diagnosis.category, diagnosis.culprit_nodes) == ("app_exception", ["gpu02"]), diagnosis.summary
     # the report ahead of the other tasks' lines and a longer traceback (seen on the test cluster)
     others = "".join(f"gpu0{n}:{n}:{n} [0] NCCL INFO comm 0x7a7f rank {n} nranks 4 - Init COMPLETE\n" for n in (1, 3, 4))
     frames = "".join(f"  File \"/home/u/train.py\", line {n}, in f{n}\n    f{n + 1}()\n" for n in range(3))
     longer = traceback.replace("Traceback (most recent call last):\n", "Traceback (most recent call last):\n" + frames)
-    lagged = KILL_ON_BAD_EXIT.split("\n", 1)[0] + "\n" + others + longer + KILL_ON_BAD_EXIT.split("\n", 1)[1]
+    lagged = report + "\n" + others + longer + rest
     diagnosis = analyze_path(write_job(tmp_path / "lagged_more", {"gpu01/slurm-77.out": lagged}))
     assert (diagnosis.category, diagnosis.culprit_nodes) == ("app_exception", ["gpu02"]), diagnosis.summary
     diagnosis = analyze_path(write_job(tmp_path / "unreported", {"gpu01/slurm-77.out": traceback}))

@@ -227,9 +227,12 @@ def refine_ib_status(hit: "Hit") -> "Hit":
 
 def refine_ib_async_event(hit: "Hit") -> "Hit":
     """An asynchronous event of one queue pair or CQ broke that connection's transfers (a
-    transport error); a device-level fatal event (local catastrophic error) is the HCA itself."""
+    transport error); a device-level fatal event (local catastrophic error) is the HCA itself;
+    IBV_EVENT_PORT_ERR (Open MPI names the event) is the port going down."""
     message = hit.fields.get("msg") or hit.fields.get("old_msg") or ""
-    if hit.fields.get("on") or "work queue" in message or message == "CQ error":
+    if hit.fields.get("event") == "IBV_EVENT_PORT_ERR":
+        hit.category = "link_down"
+    elif hit.fields.get("on") or "work queue" in message or message == "CQ error":
         hit.category = "transport_error"
     return hit
 
