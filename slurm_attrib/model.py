@@ -39,6 +39,17 @@ class Gpu(Model):
     xid: int | None = None
 
 
+class Link(Model):
+    node: str | None
+    device: str = Field(description="Network device as the line names it (mlx5_0, ib0, a PCI address)")
+    port: int | None = None
+    type: str = Field(description="Event type of the rule, e.g. ib_port_down, link_flap")
+    rule: str
+    time: str | None = None
+    count: int = Field(default=1, description="Lines of this type for this device and port in the job")
+    trusted: bool = Field(description="Read from a source the job's user cannot write")
+
+
 class Cause(Model):
     domain: Domain
     category: str
@@ -110,6 +121,7 @@ class Diagnosis(Model):
     alternatives: list[Cause] = []
     systemic: bool = False
     gpus: list[Gpu] = []
+    links: list[Link] = []
     symptoms: list[SymptomGroup] = []
     timeline: list[TimelineEntry] = []
     actions: list[Action] = []

@@ -22,7 +22,8 @@ import json
 import os
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from slurm_attrib import atomic
@@ -54,6 +55,20 @@ CREATE INDEX IF NOT EXISTS diagnoses_analysed ON diagnoses(analysed_at);
 CREATE INDEX IF NOT EXISTS diagnoses_uid ON diagnoses(uid);
 """
 
+# Columns added for the fleet (name, SQL type and default); an older index gets them on first write.
+FLEET_COLUMNS = (
+    ("rule_pack", "TEXT NOT NULL DEFAULT ''"),  # ruleset.loader.pack_version() of the analysis
+    ("evidence", "TEXT NOT NULL DEFAULT ''"),  # what was analysed (spool job dir or logs layout)
+    ("job_start", "REAL"),
+    ("job_end", "REAL"),
+    ("node_count", "INTEGER NOT NULL DEFAULT 0"),
+    ("cause_time", "REAL"),  # UNIX time of the cause, when known
+    ("trusted", "INTEGER NOT NULL DEFAULT 0"),  # the cause came from sources the user cannot write
+    ("systemic", "INTEGER NOT NULL DEFAULT 0"),
+    ("gpus", "TEXT NOT NULL DEFAULT '[]'"),  # JSON list of {node, pci_bus_id, xid}
+    ("links", "TEXT NOT NULL DEFAULT '[]'"),  # JSON list of {node, device, port, type, time, trusted}
+)
+
 # Drain entry statuses
 RECOMMENDED = "recommended"  # policy recommend (or auto not allowed): waits for `sattrib drain --apply`
 APPLIED = "applied"
@@ -82,15 +97,41 @@ class Row:
     analysed_at: float
     owner_ok: bool
     path: str
+    rule_pack: str = ""
+    evidence: str = ""
+    job_start: float | None = None
+    job_end: float | None = None
+    node_count: int = 0
+    cause_time: float | None = None
+    trusted: bool = False
+    systemic: bool = False
+    gpus: list[dict] = field(default_factory=list)
+    links: list[dict] = field(default_factory=list)
 
     @classmethod
     def from_sql(cls, r: sqlite3.Row) -> "Row":
+        keys = set(r.keys())  # an index not yet migrated lacks the fleet columns
+        extra = {}
+        for name, _ in FLEET_COLUMNS:
+            if name in keys and r[name] is not None:
+                value = r[name]
+                extra[name] = json.loads(value) if name in ("gpus", "links") else value
+        for name in ("trusted", "systemic"):
+            if name in extra:
+                extra[name] = bool(extra[name])
         return cls(
             job_id=r["job_id"], user=r["user"], uid=r["uid"], state=r["state"], domain=r["domain"],
             category=r["category"], quality=r["quality"], culprit_nodes=json.loads(r["culprit_nodes"] or "[]"),
             drains=json.loads(r["drains"] or "[]"), drain_note=r["drain_note"] or "", summary=r["summary"] or "",
-            analysed_at=r["analysed_at"], owner_ok=bool(r["owner_ok"]), path=r["path"],
+            analysed_at=r["analysed_at"], owner_ok=bool(r["owner_ok"]), path=r["path"], **extra,
         )
+
+    @property
+    def elapsed(self) -> float | None:
+        """Seconds the job ran, when both times are known."""
+        if self.job_start is None or self.job_end is None:
+            return None
+        return max(0.0, self.job_end - self.job_start)
 
 
 def _admin_gid(admin_group: str) -> int:
@@ -118,6 +159,7 @@ class Store:
                 con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
                 con.execute("PRAGMA journal_mode=WAL")
                 con.executescript(SCHEMA)
+                _add_fleet_columns(con)
             finally:
                 os.umask(old)
             for suffix in ("", "-wal", "-shm"):
@@ -204,6 +246,8 @@ class Store:
         state: str | None,
         drains: list[dict],
         drain_note: str = "",
+        rule_pack: str = "",
+        evidence: str = "",
     ) -> Row:
         """Write both files atomically, then upsert the index row.  Returns the row."""
         _check_job_id(job_id)
@@ -231,26 +275,73 @@ class Store:
             job_id=str(job_id), user=user, uid=uid, state=state, domain=diagnosis.domain,
             category=diagnosis.category, quality=diagnosis.quality, culprit_nodes=list(diagnosis.culprit_nodes),
             drains=drains, drain_note=drain_note, summary=diagnosis.summary[:2000], analysed_at=time.time(),
-            owner_ok=owner_ok, path=str(self.job_dir(job_id)),
+            owner_ok=owner_ok, path=str(self.job_dir(job_id)), rule_pack=rule_pack, evidence=evidence,
+            **fleet_facts(diagnosis),
         )
+        self.put(row)
+        return row
+
+    def put(self, row: Row) -> None:
+        """Insert or replace one index row as it is (`save` writes the files first)."""
+        values = {
+            "job_id": row.job_id, "user": row.user, "uid": row.uid, "state": row.state, "domain": row.domain,
+            "category": row.category, "quality": row.quality, "culprit_nodes": json.dumps(row.culprit_nodes),
+            "drains": json.dumps(row.drains), "drain_note": row.drain_note, "summary": row.summary,
+            "analysed_at": row.analysed_at, "owner_ok": int(row.owner_ok), "path": row.path,
+            "rule_pack": row.rule_pack, "evidence": row.evidence, "job_start": row.job_start, "job_end": row.job_end,
+            "node_count": row.node_count, "cause_time": row.cause_time, "trusted": int(row.trusted),
+            "systemic": int(row.systemic), "gpus": json.dumps(row.gpus), "links": json.dumps(row.links),
+        }
         con = self._connect(write=True)
         with con:
             con.execute(
-                "INSERT OR REPLACE INTO diagnoses (job_id, user, uid, state, domain, category, quality,"
-                " culprit_nodes, drains, drain_note, summary, analysed_at, owner_ok, path)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    row.job_id, row.user, row.uid, row.state, row.domain, row.category, row.quality,
-                    json.dumps(row.culprit_nodes), json.dumps(row.drains), row.drain_note, row.summary,
-                    row.analysed_at, int(row.owner_ok), row.path,
-                ),
+                f"INSERT OR REPLACE INTO diagnoses ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                tuple(values.values()),
             )
         con.close()
-        return row
 
     def read(self, job_id: str, name: str) -> str:
         """A diagnosis file; PermissionError / FileNotFoundError propagate (callers word them)."""
         return (self.job_dir(job_id) / name).read_text(encoding="utf-8")
+
+
+def fleet_facts(diagnosis) -> dict:
+    """What the fleet report needs of a diagnosis, kept in the index so that a report over many
+    jobs reads no diagnosis file."""
+    outcome, cause = diagnosis.outcome, diagnosis.cause
+    return {
+        "job_start": _unix(outcome.start),
+        "job_end": _unix(outcome.end),
+        "node_count": len(outcome.nodes),
+        "cause_time": _unix(cause.time) if cause else None,
+        "trusted": bool(cause and cause.trusted),
+        "systemic": bool(diagnosis.systemic),
+        "gpus": [g.model_dump(mode="json") for g in diagnosis.gpus],
+        "links": [link.model_dump(mode="json") for link in diagnosis.links],
+    }
+
+
+def _unix(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if stamp.tzinfo is None:  # the contract: no zone means UTC
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return stamp.timestamp()
+
+
+def _add_fleet_columns(con: sqlite3.Connection) -> None:
+    have = {r[1] for r in con.execute("PRAGMA table_info(diagnoses)")}
+    for name, sql_type in FLEET_COLUMNS:
+        if name not in have:
+            try:
+                con.execute(f"ALTER TABLE diagnoses ADD COLUMN {name} {sql_type}")
+            except sqlite3.OperationalError as exc:  # another writer added it first
+                if "duplicate column" not in str(exc):
+                    raise
 
 
 def _check_job_id(job_id: str) -> None:

@@ -135,6 +135,7 @@ def _analyse_and_store(facts: JobFacts, config, backend, apply: bool, how: str):
     from slurm_attrib.engine.pipeline import analyze_evidence
     from slurm_attrib.ingest.bundle import load_spool_job
     from slurm_attrib.render import render_text
+    from slurm_attrib.ruleset.loader import pack_version
     from slurm_attrib.store import Store
 
     info, env = facts.info, facts.env
@@ -159,7 +160,8 @@ def _analyse_and_store(facts: JobFacts, config, backend, apply: bool, how: str):
     state = info.state if info is not None else evidence.job.state
     store = Store(config.results, config.admin_group)
     row = store.save(
-        facts.job_id, diagnosis, render_text(diagnosis), uid=uid, user=user, state=state, drains=entries, drain_note=note
+        facts.job_id, diagnosis, render_text(diagnosis), uid=uid, user=user, state=state, drains=entries,
+        drain_note=note, rule_pack=pack_version([Path(d) for d in config.rule_dirs]), evidence=str(facts.job_dir),
     )
     summary = ", ".join(f"{e['node']}={e['status']}" for e in entries) or "none"
     log(

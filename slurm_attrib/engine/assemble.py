@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.ingest.types import JobContext
-from slurm_attrib.model import Cause, EvidenceLine, Gpu, Outcome, SymptomGroup, TimelineEntry
+from slurm_attrib.model import Cause, EvidenceLine, Gpu, Link, Outcome, SymptomGroup, TimelineEntry
 
 if TYPE_CHECKING:
     from slurm_attrib.engine.diagnose import Verdict
@@ -18,6 +18,7 @@ MAX_SYMPTOM_LINES = 40
 
 
 MAX_CONTEXT_LINES = 10
+MAX_LINKS = 64  # a 512-node job's NCCL errors name every rank's HCA: the kernel's lines come first
 
 
 def alternatives(events: list[Event], verdict: Verdict) -> list[Event]:
@@ -80,6 +81,27 @@ def gpus(events: list[Event], verdict: Verdict) -> list[Gpu]:
         if event.fields.get("pci") and event.type in ("gpu_xid", "gpu_lost") and event.role == "cause":
             found.setdefault((event.node or "", event.fields["pci"]), _gpu(event))
     return [found[k] for k in sorted(found)]
+
+
+def links(events: list[Event]) -> list[Link]:
+    """The network devices and ports that reported a failure, one entry per (node, device, port,
+    type) with its first time: what the fleet report groups by host port and switch across jobs."""
+    found: dict[tuple, list[Event]] = defaultdict(list)
+    for event in events:
+        device = event.fields.get("device")
+        if event.domain == "network" and device and event.role in ("cause", "symptom"):
+            port = event.fields.get("port")
+            port = int(port) if isinstance(port, int) or (isinstance(port, str) and port.isdigit()) else None
+            found[(event.node or "", str(device), port if port is not None else -1, event.type)].append(event)
+    result = []
+    for key in sorted(found):
+        members = sorted(found[key], key=lambda e: e.sort_key)
+        first = members[0]
+        result.append(Link(
+            node=first.node, device=key[1], port=None if key[2] < 0 else key[2], type=key[3], rule=first.rule_id,
+            time=iso(first.time), count=len(members), trusted=any(e.trusted for e in members),
+        ))
+    return sorted(result, key=lambda link: not link.trusted)[:MAX_LINKS]
 
 
 def symptom_groups(events: list[Event]) -> list[SymptomGroup]:

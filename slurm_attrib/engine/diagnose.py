@@ -69,6 +69,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
         alternatives=[assemble.cause_of(e, verdict) for e in assemble.alternatives(events, verdict)],
         systemic=verdict.systemic,
         gpus=assemble.gpus(events, verdict),
+        links=assemble.links(events),
         symptoms=symptoms,
         timeline=assemble.timeline(events, verdict),
         actions=actions_for(verdict, drains),

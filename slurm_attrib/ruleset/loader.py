@@ -43,6 +43,24 @@ def rule_files(rule_dirs: list[Path]) -> list[Path]:
     return files
 
 
+def pack_version(extra_dirs: list[Path] | None = None) -> str:
+    """The rule pack's version: the package version and a digest of every file of the bundled and
+    site rule folders (code tables included).  A stored diagnosis made with the same pack version
+    would come out the same: `sattrib batch` skips it."""
+    import hashlib
+
+    from slurm_attrib import __version__
+
+    digest = hashlib.sha256()
+    for folder in [bundled_dir("rules"), *(extra_dirs or [])]:
+        for path in sorted(Path(folder).glob("*.yaml")):
+            try:
+                digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+            except OSError:
+                digest.update(path.name.encode() + b"\0unreadable\0")
+    return f"{__version__}+{digest.hexdigest()[:12]}"
+
+
 def load_rules(extra_dirs: list[Path] | None = None) -> list[Rule]:
     """The bundled pack plus site folders; a site rule with a bundled id replaces it.
 
