@@ -13,7 +13,6 @@ import json
 import os
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import click
@@ -105,47 +104,45 @@ def show(job_id: str, as_json: bool) -> None:
     _fail(PENDING, f"job {job_id} ended ({info.state}): no diagnosis yet (analysis pending)")
 
 
+def _days(value: str) -> float:
+    """'7d', '12h', '30m', '2w' or a plain number of days."""
+    text = str(value).strip().lower()
+    units = {"w": 7.0, "d": 1.0, "h": 1 / 24, "m": 1 / 1440}
+    scale = units.get(text[-1:], None)
+    number = text[:-1] if scale is not None else text
+    try:
+        days = float(number) * (scale or 1.0)
+    except ValueError:
+        raise SattribError(f"--since {value!r}: expected a duration such as 7d, 12h, 2w or a number of days") from None
+    if days <= 0:
+        raise SattribError(f"--since {value!r}: must be positive")
+    return days
+
+
 @click.command()
-@click.option("--since", "days", type=float, default=7.0, show_default=True, help="Days back.")
-@click.option("--json", "as_json", is_flag=True)
-def report(days: float, as_json: bool) -> None:
-    """Admin summary: counts by domain/category, top culprit nodes, pending drains."""
-    from slurm_attrib.drain import pending
+@click.option("--since", "since", default="7d", show_default=True, help="How far back: 7d, 12h, 2w, or days.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "csv"]), default="text", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+def report(since: str, fmt: str, as_json: bool) -> None:
+    """Fleet report: failures by domain/category and day, GPU-hours lost, top culprit nodes and
+    GPUs, Xid histogram, repeat offenders, fabric patterns, drain recommendations."""
+    from slurm_attrib.fleet import report as fleet_report
+    from slurm_attrib.fleet.history import cause_lines, fleet_view
 
     config = _config()
     if not _privileged(config):
         raise SattribError("report is for administrators (root or admin_group)")
     store = _store(config)
-    rows = store.rows(since=time.time() - days * 86400)
-    by_cat = Counter(f"{r.domain}/{r.category}" for r in rows)
-    by_quality = Counter(r.quality for r in rows)
-    nodes = Counter(n for r in rows if r.domain not in ("none",) for n in r.culprit_nodes)
-    waiting = pending(store)
-    applied = [(r.job_id, e) for r in rows for e in r.drains if e.get("status") == "applied"]
-    data = {
-        "since_days": days,
-        "jobs": len(rows),
-        "by_category": dict(by_cat.most_common()),
-        "by_quality": dict(by_quality.most_common()),
-        "top_culprit_nodes": dict(nodes.most_common(10)),
-        "pending_drains": [{"job_id": j, **e} for j, e in waiting],
-        "applied_drains": [{"job_id": j, **e} for j, e in applied],
-    }
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
-        return
-    click.echo(f"{len(rows)} job(s) analysed in the last {days:g} day(s)")
-    click.echo("By domain/category:")
-    for key, count in by_cat.most_common():
-        click.echo(f"  {count:6d}  {key}")
-    click.echo("By quality: " + ", ".join(f"{k} {v}" for k, v in by_quality.most_common()))
-    click.echo("Top culprit nodes:")
-    for node, count in nodes.most_common(10):
-        click.echo(f"  {count:6d}  {node}")
-    click.echo(f"Pending drain recommendations: {len(waiting)}")
-    for job, e in waiting:
-        click.echo(f"  {e['node']:16} job {job:10} {e['reason']}")
-    click.echo(f"Drains applied: {len(applied)}")
+    now = time.time()
+    view = fleet_view(store, config, now)
+    data = fleet_report.build_report(
+        view.rows, now=now, since_days=_days(since), window_days=float(config.repeat_window_days),
+        gpus_per_node=int(config.gpus_per_node), offenders=view.offenders, patterns=view.patterns,
+        fleet_drains=view.drains, cause_lines=cause_lines(store, sorted({j for o in view.offenders for j in o.jobs})),
+    )
+    fmt = "json" if as_json else fmt
+    render = {"json": fleet_report.render_json, "csv": fleet_report.render_csv, "text": fleet_report.render_text}[fmt]
+    click.echo(render(data), nl=False)
 
 
 @click.command()
@@ -153,27 +150,40 @@ def report(days: float, as_json: bool) -> None:
 @click.option("--apply", "mode", flag_value="apply", help="Apply pending recommendations (for NODE... only, if given).")
 @click.argument("nodes", nargs=-1)
 def drain(mode: str, nodes: tuple[str, ...]) -> None:
-    """List or apply pending drain recommendations from the results index."""
-    from slurm_attrib.drain import apply_pending, pending
+    """List or apply pending drain recommendations: single jobs' (from the results index) and the
+    fleet's (repeat offenders over `repeat_window_days`)."""
+    from slurm_attrib.drain import apply_entry, apply_pending, pending
+    from slurm_attrib.fleet.history import fleet_view
+    from slurm_attrib.fleet.offenders import acknowledge
 
     config = _config()
     store = _store(config)
+    now = time.time()
+    fleet = [d for d in fleet_view(store, config, now).drains if not nodes or d["node"] in nodes]
     if mode == "recommend":
         waiting = pending(store, nodes)
-        if not waiting:
+        if not waiting and not fleet:
             click.echo("no pending drain recommendations")
         for job, e in waiting:
             click.echo(f"{e['node']}\tjob {job}\t{e['reason']}")
+        for e in fleet:
+            click.echo(f"{e['node']}\tfleet {','.join(e['jobs'])}\t{e['reason']}")
         return
     if os.geteuid() != 0 and not _privileged(config):
         raise SattribError("drain --apply needs root (or SlurmUser) rights")
-    done = apply_pending(store, _backend(config), nodes)
+    backend = _backend(config)
+    done = apply_pending(store, backend, nodes)
+    drained = {e["node"] for _, e in done}
+    for entry in fleet:
+        if entry["node"] not in drained:  # one drain per node; the job's own reason came first
+            done.append((f"fleet:{','.join(entry['jobs'])}", apply_entry(entry, backend)))
+    acknowledge(config.results, [e["node"] for job, e in done if job.startswith("fleet:") and e["status"] == "applied"], now)
     if not done:
         click.echo("nothing to apply")
     failed = False
     for job, e in done:
         detail = f" ({e['detail']})" if e.get("detail") else ""
-        click.echo(f"{e['node']}\tjob {job}\t{e['status']}{detail}")
+        click.echo(f"{e['node']}\t{job if job.startswith('fleet:') else 'job ' + job}\t{e['status']}{detail}")
         failed = failed or e["status"] == "failed"
     if failed:
         sys.exit(1)
@@ -186,12 +196,19 @@ def undrain(nodes: tuple[str, ...]) -> None:
     from slurm_attrib.drain import UndrainRefused
     from slurm_attrib.drain import undrain as do_undrain
 
-    backend = _backend(_config())
+    from slurm_attrib.fleet.offenders import acknowledge
+
+    config = _config()
+    backend = _backend(config)
     refused = False
     for node in nodes:
         try:
             old = do_undrain(node, backend)
             click.echo(f"{node}: resumed (was: {old})")
+            try:  # its earlier repeat-offender jobs are settled
+                acknowledge(config.results, [node], time.time())
+            except OSError as exc:
+                click.echo(f"sattrib: {node}: cannot record the resume in {config.results}: {exc.strerror or exc}", err=True)
         except UndrainRefused as exc:
             click.echo(f"sattrib: {exc}", err=True)
             refused = True
@@ -223,6 +240,126 @@ def analyze_job(job_id: str, deadline: float, no_drain: bool, detach: bool) -> N
     click.echo(f"  stored in {row.path}")
 
 
+def _comma_list(values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+
+
+def _shard(value: str | None) -> tuple[int, int] | None:
+    if not value:
+        return None
+    index, _, count = value.partition("/")
+    if not (index.isdigit() and count.isdigit() and 0 <= int(index) < int(count)):
+        raise SattribError(f"--shard {value!r}: expected INDEX/COUNT with 0 <= INDEX < COUNT")
+    return int(index), int(count)
+
+
+@click.command()
+@click.argument("sources", nargs=-1, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--jobs", "job_ids", multiple=True, help="Only these job ids (comma-separated, repeatable).")
+@click.option("--since", help="Only jobs that ended since this time, asked of sacct (e.g. now-7days, 2026-12-01).")
+@click.option("--until", default="now", show_default=True, help="With --since: ended before this time.")
+@click.option("--state", "states", multiple=True, help="With --since: only jobs in these Slurm states (e.g. FAILED,NODE_FAIL).")
+@click.option("--partition", "partitions", multiple=True, help="With --since: only jobs of these partitions.")
+@click.option("--workers", type=click.IntRange(1, 256), default=None, help="Worker processes [default: CPUs, at most 8].")
+@click.option("--force", is_flag=True, help="Analyse again jobs already stored with this rule pack.")
+@click.option("--drain", "recommend", is_flag=True, help="Record new drain recommendations (never applied here).")
+@click.option("--dry-run", is_flag=True, help="List the jobs that would be analysed, and stop.")
+@click.option("--slurm-array", "array_tasks", type=click.IntRange(1, 10000), help="Submit the work as a Slurm job array of N tasks.")
+@click.option("--sbatch-arg", "sbatch_args", multiple=True, help="Extra sbatch argument for --slurm-array (repeatable).")
+@click.option("--job-list", type=click.Path(dir_okay=False, path_type=Path), help="Jobs to analyse, one 'JOBID<TAB>FOLDER' a line (what --slurm-array hands its tasks).")
+@click.option("--shard", help="Only this share of the jobs: INDEX/COUNT (a job array task's part).")
+def batch(sources, job_ids, since, until, states, partitions, workers, force, recommend, dry_run, array_tasks, sbatch_args, job_list, shard) -> None:
+    """Re-analyse many jobs with the current rule pack and store their diagnoses.
+
+    SOURCES are spool job folders, logs-layout folders, folders holding either, or a results
+    tree (default: the configured spool).  Jobs already stored with this rule pack are skipped,
+    so an interrupted run resumes where it stopped.  Ends with counts by domain and the
+    diagnoses that changed."""
+    from slurm_attrib.fleet import batch as fleet_batch
+
+    config = _config()
+    if job_list:
+        jobs, problems = fleet_batch.read_job_list(job_list)
+    else:
+        jobs, problems = fleet_batch.find_jobs(sources or (Path(config.spool),))
+    wanted = set(_comma_list(job_ids))
+    if since or states or partitions:
+        if not since:
+            raise SattribError("--state and --partition select through sacct: give --since too")
+        from slurm_attrib.slurm.cli import CliBackend
+
+        ended = CliBackend().ended_jobs(since, until, _comma_list(states), _comma_list(partitions))
+        wanted = wanted & set(ended) if wanted else set(ended)
+        if not wanted:
+            click.echo("sacct selected no job", err=True)
+    if job_ids or since or states or partitions:
+        missing = wanted - {j.job_id for j in jobs}
+        jobs = [j for j in jobs if j.job_id in wanted]
+        if missing:
+            problems.append(f"{len(missing)} selected job(s) have no evidence folder here: {', '.join(sorted(missing)[:10])}")
+    jobs = [j for j in jobs if fleet_batch.in_shard(j.job_id, _shard(shard))]
+    for problem in problems:
+        click.echo(f"sattrib: {problem}", err=True)
+    if dry_run:
+        for job in jobs:
+            click.echo(f"{job.job_id}\t{job.evidence}")
+        return
+    if array_tasks:
+        job_id, script = fleet_batch.submit_array(jobs, config, array_tasks, workers or 1, force, recommend, sbatch_args)
+        click.echo(f"submitted job array {job_id} ({array_tasks} task(s), {len(jobs)} job(s)); script {script}")
+        return
+    summary = fleet_batch.run_batch(
+        jobs, _store(config), config, workers=workers or fleet_batch.default_workers(), force=force,
+        drain=recommend, progress=_batch_progress(),
+    )
+    _print_batch_summary(summary)
+    if summary.interrupted:
+        sys.exit(130)
+    if summary.count("failed") or (problems and not jobs):
+        sys.exit(1)
+
+
+def _batch_progress():
+    """A progress bar on a terminal, a plain line every 5 seconds otherwise."""
+    started = time.monotonic()
+    last = [0.0]
+    tty = sys.stderr.isatty()
+
+    def show(done: int, total: int, summary) -> None:
+        now = time.monotonic()
+        if done < total and now - last[0] < (0.2 if tty else 5.0):
+            return
+        last[0] = now
+        rate = summary.count("analysed") / max(now - started, 1e-6)
+        failed = summary.count("failed")
+        text = f"{done}/{total} jobs, {rate:.1f}/s" + (f", {failed} failed" if failed else "")
+        if tty:
+            width = 30
+            filled = width * done // max(total, 1)
+            click.echo(f"\r[{'#' * filled}{'.' * (width - filled)}] {text}", nl=done >= total, err=True)
+        else:
+            click.echo(f"batch: {text}", err=True)
+
+    return show
+
+
+def _print_batch_summary(summary) -> None:
+    analysed, skipped, failed = (summary.count(s) for s in ("analysed", "skipped", "failed"))
+    click.echo(f"{analysed} analysed, {skipped} skipped (already stored with this rule pack), {failed} failed"
+               + (" -- interrupted: run again to go on" if summary.interrupted else ""))
+    by_domain = summary.by_domain()
+    if by_domain:
+        click.echo("By domain: " + ", ".join(f"{domain} {count}" for domain, count in sorted(by_domain.items(), key=lambda kv: (-kv[1], kv[0]))))
+    changed = summary.changed()
+    click.echo(f"Changed versus the stored diagnosis: {len(changed)}")
+    for outcome in changed:
+        (d0, c0, q0, n0), (d1, c1, q1, n1) = outcome.before, outcome.after
+        click.echo(f"  job {outcome.job_id}: {d0}/{c0} ({q0}) {','.join(n0) or '-'} -> {d1}/{c1} ({q1}) {','.join(n1) or '-'}")
+    for outcome in summary.outcomes:
+        if outcome.status == "failed":
+            click.echo(f"  job {outcome.job_id}: failed: {outcome.error}")
+
+
 def register(main: click.Group) -> None:
-    for command in (show, report, drain, undrain, analyze_job):
+    for command in (show, report, drain, undrain, analyze_job, batch):
         main.add_command(command)

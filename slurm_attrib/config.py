@@ -55,6 +55,12 @@ class Config:
     template_dirs: tuple[str, ...] = ()
     sources: tuple[SourceConfig, ...] = ()  # empty: the built-in capture sources
     slurm_backend: str = "auto"  # auto | pyslurm | cli
+    # The fleet (sattrib report / drain): a node or GPU named as the hardware origin of >= 2 jobs
+    # within this many days is a repeat offender; GPU-hours lost count this many GPUs per node;
+    # iblinkinfo / ibnetdiscover output mapping host ports to switch ports.
+    repeat_window_days: float = 14.0
+    gpus_per_node: int = 8
+    topology_files: tuple[str, ...] = ()
 
 
 DRAIN_POLICIES = ("off", "recommend", "auto")
@@ -92,7 +98,7 @@ def _config_from(data: dict, path: Path) -> Config:
     for key, value in data.items():
         if key == "sources":
             values[key] = tuple(_source_from(item, path) for item in value or [])
-        elif key in ("rule_dirs", "template_dirs"):
+        elif key in ("rule_dirs", "template_dirs", "topology_files"):
             values[key] = tuple(str(v) for v in value or [])
         else:
             values[key] = value

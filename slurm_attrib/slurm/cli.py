@@ -156,6 +156,22 @@ class CliBackend(Backend):
             source="sacct",
         )
 
+    def ended_jobs(self, since: str, until: str = "now", states: tuple[str, ...] = (), partitions: tuple[str, ...] = ()) -> list[str]:
+        """Ids of every user's jobs that ended between `since` and `until` (sacct time syntax, e.g.
+        `now-7days`, `2026-12-01T00:00`), optionally only in these states and partitions."""
+        argv = ["sacct", "-a", "-X", "-n", "--parsable2", "-S", since, "-E", until, "-o", "JobID,State"]
+        if states:
+            argv += ["-s", ",".join(states)]
+        if partitions:
+            argv += ["-r", ",".join(partitions)]
+        ids = []
+        for line in self._run(argv).stdout.splitlines():
+            job_id, _, state = line.partition("|")
+            state = state.split()[0].rstrip("+").upper() if state.strip() else ""
+            if _VALID_JOB.match(job_id) and state and state not in ACTIVE_STATES:
+                ids.append(job_id)
+        return list(dict.fromkeys(ids))
+
     # -- nodes ------------------------------------------------------------------------------
     def node_state(self, node: str) -> NodeState | None:
         _check_node(node)
