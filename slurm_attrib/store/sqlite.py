@@ -77,7 +77,7 @@ class SqliteIndex(Index):
         if since is not None:
             query, args = query + " WHERE analysed_at >= ?", (since,)
         with con:
-            out = [_row(r) for r in con.execute(query + " ORDER BY analysed_at", args)]
+            out = [_row(r) for r in con.execute(query + " ORDER BY analysed_at, job_id", args)]
         con.close()
         return out
 
