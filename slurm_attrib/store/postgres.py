@@ -19,6 +19,7 @@ password.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -88,7 +89,6 @@ class PostgresIndex(Index):
             params = conninfo_to_dict(url)
         except psycopg.Error as exc:
             raise StoreError(f"index_url {self.where}: {self._one_line(exc)}") from None
-        self._secrets |= {params["password"]} if params.get("password") else set()
         params.setdefault("connect_timeout", CONNECT_TIMEOUT)
         params.setdefault("application_name", "sattrib")
         self._conninfo = make_conninfo("", **params)
@@ -198,7 +198,10 @@ def _missing_columns(con: psycopg.Connection) -> list[str]:
 
 def without_password(url: str) -> str:
     """The URL as messages show it: no password in the user part or the query."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an IPv6 host without its closing bracket
+        return url.split("://", 1)[0] + "://(not a valid URL)"
     netloc = parts.netloc
     if "@" in netloc:
         userinfo, hosts = netloc.rsplit("@", 1)
@@ -209,13 +212,14 @@ def without_password(url: str) -> str:
 
 
 def _passwords(url: str) -> set[str]:
-    """The password as written in the URL and decoded, to scrub from server messages."""
+    """The password as written in the URL and decoded, to scrub from libpq's messages (some quote
+    the URL)."""
     secrets = set()
-    parts = urlsplit(url)
-    userinfo = parts.netloc.rsplit("@", 1)[0] if "@" in parts.netloc else ""
-    if ":" in userinfo:
-        secrets.add(userinfo.split(":", 1)[1])
-    for p in parts.query.split("&"):
+    userinfo = re.match(r"[^:/]+://([^/?#]*)@", url)
+    if userinfo and ":" in userinfo.group(1):
+        secrets.add(userinfo.group(1).split(":", 1)[1])
+    query = url.partition("?")[2].partition("#")[0]
+    for p in query.split("&"):
         key, _, value = p.partition("=")
         if "password" in key.lower() and value:
             secrets.add(value)

@@ -213,6 +213,9 @@ def test_an_unreachable_server_is_one_line_without_the_password(tmp_path):
         message = str(error.value)
         assert message.startswith(f"cannot connect to the results index postgresql://sattrib@127.0.0.1:{port}/sattrib?connect_timeout=5: ")
         assert "hunter" not in message and "\n" not in message
+    with pytest.raises(StoreError, match=r"^index_url postgresql://\(not a valid URL\): .*IPv6") as error:
+        Store(tmp_path / "results", index_url="postgresql://sattrib:hunter4@[db/x")  # libpq's message quotes it
+    assert "hunter" not in str(error.value)
     config = tmp_path / "config.yaml"
     config.write_text(f"results: {tmp_path / 'results'}\nindex_url: '{url}'\n")
     proc = subprocess.run([sys.executable, "-m", "slurm_attrib", "show", "1"], capture_output=True, text=True,
@@ -248,3 +251,4 @@ def test_postgres_columns_are_the_rows():
     assert without_password("postgresql://u:p%40ss@h1:5432,h2/db?password=x&sslmode=require") == \
         "postgresql://u@h1:5432,h2/db?sslmode=require"
     assert without_password("postgres://:secret@db/x") == "postgres://db/x"
+    assert without_password("postgresql://u:pw@[::1/x") == "postgresql://(not a valid URL)"
