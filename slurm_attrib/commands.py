@@ -34,7 +34,7 @@ def _config():
 def _store(config):
     from slurm_attrib.store import Store
 
-    return Store(config.results, config.admin_group)
+    return Store(config.results, config.admin_group, config.index_url)
 
 
 def _privileged(config) -> bool:

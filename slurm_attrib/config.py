@@ -8,6 +8,7 @@ the defaults below.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -61,9 +62,25 @@ class Config:
     repeat_window_days: float = 14.0
     gpus_per_node: int = 8
     topology_files: tuple[str, ...] = ()
+    # The results index: empty = SQLite in `results` (index.db); a postgresql:// URL = that database
+    # (for writers on several hosts at once; needs the `postgres` extra).
+    index_url: str = ""
 
 
 DRAIN_POLICIES = ("off", "recommend", "auto")
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def index_url_problem(url: object) -> str:
+    """What is wrong with an `index_url` setting ("" when nothing).  Never quotes a URL, which
+    may hold a password."""
+    if not isinstance(url, str):
+        return f"index_url must be a string, not {type(url).__name__}"
+    if not url or url.startswith(POSTGRES_SCHEMES):
+        return ""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    shown = f"a {scheme}:// URL" if re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme) else "a value without a URL scheme"
+    return f"index_url must be empty (SQLite in the results directory) or a postgresql:// URL, not {shown}"
 
 
 def config_path() -> Path:
@@ -105,6 +122,8 @@ def _config_from(data: dict, path: Path) -> Config:
     config = replace(Config(), **values)
     if config.drain_policy not in DRAIN_POLICIES:
         raise ConfigError(f"{path}: drain_policy {config.drain_policy!r} is not one of {', '.join(DRAIN_POLICIES)}")
+    if index_url_problem(config.index_url):
+        raise ConfigError(f"{path}: {index_url_problem(config.index_url)}")
     return config
 
 

@@ -1,0 +1,126 @@
+"""The results index: one row per analysed job, and the interface its backends implement.
+
+A row holds what `sattrib show/stats/drain` and the fleet report need of a diagnosis (job ids,
+users, states, categories, node names, drain entries; never log content), so that a question
+over many jobs reads no diagnosis file.  The backends are SQLite in the results directory
+(`sqlite.py`, the default) and PostgreSQL (`postgres.py`, for sites whose writers run on several
+hosts at once); both give back the same `Row` for the same `put`.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from slurm_attrib.errors import SattribError
+
+
+class StoreError(SattribError):
+    pass
+
+
+@dataclass
+class Row:
+    job_id: str
+    user: str | None
+    uid: int | None
+    state: str | None
+    domain: str | None
+    category: str | None
+    quality: str | None
+    culprit_nodes: list[str]
+    drains: list[dict]
+    drain_note: str
+    summary: str
+    analysed_at: float
+    owner_ok: bool
+    path: str
+    # The fleet's columns: an index written before them reads as these defaults.
+    rule_pack: str = ""
+    evidence: str = ""
+    job_start: float | None = None
+    job_end: float | None = None
+    node_count: int = 0
+    cause_time: float | None = None
+    trusted: bool = False
+    systemic: bool = False
+    gpus: list[dict] = field(default_factory=list)
+    links: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, object]) -> "Row":
+        """A row from its column values, JSON columns already decoded; a fleet column that is
+        absent or NULL (an index not yet migrated) takes its default."""
+        fleet = {name: values[name] for name in FLEET_FIELDS if values.get(name) is not None}
+        for name in ("trusted", "systemic"):
+            if name in fleet:
+                fleet[name] = bool(fleet[name])
+        return cls(
+            job_id=values["job_id"], user=values["user"], uid=values["uid"], state=values["state"],
+            domain=values["domain"], category=values["category"], quality=values["quality"],
+            culprit_nodes=values["culprit_nodes"] or [], drains=values["drains"] or [],
+            drain_note=values["drain_note"] or "", summary=values["summary"] or "",
+            analysed_at=values["analysed_at"], owner_ok=bool(values["owner_ok"]), path=values["path"], **fleet,
+        )
+
+    def values(self) -> dict[str, object]:
+        """Column name -> value, in column order (JSON columns as Python lists)."""
+        return {name: getattr(self, name) for name in COLUMNS}
+
+    @property
+    def elapsed(self) -> float | None:
+        """Seconds the job ran, when both times are known."""
+        if self.job_start is None or self.job_end is None:
+            return None
+        return max(0.0, self.job_end - self.job_start)
+
+
+COLUMNS = tuple(f.name for f in fields(Row))
+FLEET_FIELDS = COLUMNS[COLUMNS.index("rule_pack"):]
+JSON_COLUMNS = ("culprit_nodes", "drains", "gpus", "links")
+
+
+class Index(ABC):
+    """Where the rows live.  Readers never create anything: before the first write, `get` finds
+    nothing and `rows` is empty.  The first write creates the table, or adds the columns an older
+    table lacks.  `put` replaces the whole row of its job, so writers in several processes or
+    hosts may upsert at once; the last one wins."""
+
+    where: str  # the index in messages (a path, or a URL without its password)
+
+    @abstractmethod
+    def get(self, job_id: str) -> Row | None: ...
+
+    @abstractmethod
+    def rows(self, since: float | None = None) -> list[Row]:
+        """Every row analysed at or after `since` (a UNIX time), oldest first."""
+
+    @abstractmethod
+    def set_drains(self, job_id: str, drains: list[dict], note: str | None = None) -> None:
+        """Replace a row's drain entries (and its drain note, when given)."""
+
+    @abstractmethod
+    def put(self, row: Row) -> None:
+        """Insert or replace one row as it is."""
+
+    @abstractmethod
+    def rows_analysed_with(self, rule_pack: str) -> set[str]:
+        """Job ids whose diagnosis was made with this rule-pack version (a batch re-analysis
+        skips them)."""
+
+    @abstractmethod
+    def count(self) -> int:
+        """How many jobs the index holds."""
+
+
+def ensure_results_dir(root: Path) -> None:
+    """Create the results directory (mode 0755: the job directories inside keep users apart)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0 or root.stat().st_uid == os.geteuid():
+            os.chmod(root, 0o755)
+    except OSError as exc:
+        raise StoreError(f"results directory {root}: {exc.strerror or exc}") from None

@@ -1,0 +1,186 @@
+"""The SQLite index: <results>/index.db, the default.
+
+WAL mode and a busy timeout let the worker, `sattrib drain` and readers share it on one host.
+The file is world-readable (mode 0644, like its -wal/-shm files) so that `sattrib show` can find
+a job as a plain user; a reader without write access to the directory falls back to reading it
+immutable (what the last writer checkpointed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+from slurm_attrib.store.index import JSON_COLUMNS, Index, Row, ensure_results_dir
+
+INDEX = "index.db"
+BUSY_TIMEOUT_MS = 15000
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS diagnoses (
+    job_id        TEXT PRIMARY KEY,
+    user          TEXT,
+    uid           INTEGER,
+    state         TEXT,
+    domain        TEXT,
+    category      TEXT,
+    quality       TEXT,
+    culprit_nodes TEXT NOT NULL DEFAULT '[]',   -- JSON list
+    drains        TEXT NOT NULL DEFAULT '[]',   -- JSON list of {node, reason, status, detail, at}
+    drain_note    TEXT NOT NULL DEFAULT '',
+    summary       TEXT NOT NULL DEFAULT '',
+    analysed_at   REAL NOT NULL,
+    owner_ok      INTEGER NOT NULL DEFAULT 1,
+    path          TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS diagnoses_analysed ON diagnoses(analysed_at);
+CREATE INDEX IF NOT EXISTS diagnoses_uid ON diagnoses(uid);
+"""
+
+# Columns added for the fleet (name, SQL type and default); an older index gets them on first write.
+FLEET_COLUMNS = (
+    ("rule_pack", "TEXT NOT NULL DEFAULT ''"),  # ruleset.loader.pack_version() of the analysis
+    ("evidence", "TEXT NOT NULL DEFAULT ''"),  # what was analysed (spool job dir or logs layout)
+    ("job_start", "REAL"),
+    ("job_end", "REAL"),
+    ("node_count", "INTEGER NOT NULL DEFAULT 0"),
+    ("cause_time", "REAL"),  # UNIX time of the cause, when known
+    ("trusted", "INTEGER NOT NULL DEFAULT 0"),  # the cause came from sources the user cannot write
+    ("systemic", "INTEGER NOT NULL DEFAULT 0"),
+    ("gpus", "TEXT NOT NULL DEFAULT '[]'"),  # JSON list of {node, pci_bus_id, xid}
+    ("links", "TEXT NOT NULL DEFAULT '[]'"),  # JSON list of {node, device, port, type, time, trusted}
+)
+
+
+class SqliteIndex(Index):
+    def __init__(self, root: Path):
+        self.root = root
+        self.path = root / INDEX
+        self.where = str(self.path)
+
+    def get(self, job_id: str) -> Row | None:
+        con = self._reader()
+        if con is None:
+            return None
+        with con:
+            r = con.execute("SELECT * FROM diagnoses WHERE job_id = ?", (str(job_id),)).fetchone()
+        con.close()
+        return _row(r) if r else None
+
+    def rows(self, since: float | None = None) -> list[Row]:
+        con = self._reader()
+        if con is None:
+            return []
+        query, args = "SELECT * FROM diagnoses", ()
+        if since is not None:
+            query, args = query + " WHERE analysed_at >= ?", (since,)
+        with con:
+            out = [_row(r) for r in con.execute(query + " ORDER BY analysed_at, job_id", args)]
+        con.close()
+        return out
+
+    def rows_analysed_with(self, rule_pack: str) -> set[str]:
+        con = self._reader()
+        if con is None:
+            return set()
+        try:
+            with con:
+                return {r[0] for r in con.execute("SELECT job_id FROM diagnoses WHERE rule_pack = ?", (rule_pack,))}
+        except sqlite3.OperationalError as exc:  # an index written before the rule_pack column
+            if "no such column" in str(exc):
+                return set()
+            raise
+        finally:
+            con.close()
+
+    def count(self) -> int:
+        con = self._reader()
+        if con is None:
+            return 0
+        with con:
+            (n,) = con.execute("SELECT count(*) FROM diagnoses").fetchone()
+        con.close()
+        return n
+
+    def set_drains(self, job_id: str, drains: list[dict], note: str | None = None) -> None:
+        con = self._writer()
+        with con:
+            if note is None:
+                con.execute("UPDATE diagnoses SET drains = ? WHERE job_id = ?", (json.dumps(drains), str(job_id)))
+            else:
+                con.execute(
+                    "UPDATE diagnoses SET drains = ?, drain_note = ? WHERE job_id = ?",
+                    (json.dumps(drains), note, str(job_id)),
+                )
+        con.close()
+
+    def put(self, row: Row) -> None:
+        values = row.values()
+        for name in JSON_COLUMNS:
+            values[name] = json.dumps(values[name])
+        for name in ("owner_ok", "trusted", "systemic"):
+            values[name] = int(values[name])
+        con = self._writer()
+        with con:
+            con.execute(
+                f"INSERT OR REPLACE INTO diagnoses ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                tuple(values.values()),
+            )
+        con.close()
+
+    def _writer(self) -> sqlite3.Connection:
+        ensure_results_dir(self.root)
+        old = os.umask(0o022)
+        try:
+            con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000)
+            con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            con.execute("PRAGMA journal_mode=WAL")
+            con.executescript(SCHEMA)
+            _add_fleet_columns(con)
+        finally:
+            os.umask(old)
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.chmod(f"{self.path}{suffix}", 0o644)
+            except OSError:
+                pass
+        con.row_factory = sqlite3.Row
+        return con
+
+    def _reader(self) -> sqlite3.Connection | None:
+        """A read-only connection; None when there is no index yet or it cannot be read."""
+        if not self.path.exists():
+            return None
+        # mode=ro needs the -shm file (or the right to create it); a plain user without write
+        # access falls back to immutable=1, which reads what the last writer checkpointed
+        # (writers checkpoint when they close).
+        for query in ("mode=ro", "immutable=1"):
+            try:
+                con = sqlite3.connect(f"file:{self.path}?{query}", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+                con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                con.execute("SELECT 1 FROM diagnoses LIMIT 1")
+            except sqlite3.Error:
+                continue
+            con.row_factory = sqlite3.Row
+            return con
+        return None
+
+def _row(r: sqlite3.Row) -> Row:
+    values = {key: r[key] for key in r.keys()}  # an index not yet migrated lacks the fleet columns
+    for name in JSON_COLUMNS:
+        if values.get(name) is not None:
+            values[name] = json.loads(values[name])
+    return Row.from_values(values)
+
+
+def _add_fleet_columns(con: sqlite3.Connection) -> None:
+    have = {r[1] for r in con.execute("PRAGMA table_info(diagnoses)")}
+    for name, sql_type in FLEET_COLUMNS:
+        if name not in have:
+            try:
+                con.execute(f"ALTER TABLE diagnoses ADD COLUMN {name} {sql_type}")
+            except sqlite3.OperationalError as exc:  # another writer added it first
+                if "duplicate column" not in str(exc):
+                    raise

@@ -1,0 +1,66 @@
+"""Repeat offenders: a node or GPU named as the hardware origin of >= 2 jobs in the window."""
+
+from __future__ import annotations
+
+from slurm_attrib.fleet.offenders import acknowledge, fleet_drains, read_acks, repeat_offenders
+from slurm_attrib.store import Row
+
+DAY = 86400.0
+NOW = 1_780_000_000.0
+
+
+def row(job_id, node, *, days_ago, domain="gpu", category="gpu_fell_off_bus", quality="likely", gpu=None, xid=None,
+        systemic=False) -> Row:
+    when = NOW - days_ago * DAY
+    gpus = [{"node": node, "pci_bus_id": gpu, "xid": xid}] if gpu else []
+    return Row(job_id=job_id, user="u", uid=1, state="FAILED", domain=domain, category=category, quality=quality,
+               culprit_nodes=[node], drains=[], drain_note="", summary="", analysed_at=when, owner_ok=True,
+               path="/x", cause_time=when, gpus=gpus, systemic=systemic)
+
+
+def test_two_likely_jobs_in_the_window_make_a_repeat_offender():
+    rows = [row("1", "gpu07", days_ago=10), row("2", "gpu07", days_ago=1), row("3", "gpu08", days_ago=2)]
+    [offender] = repeat_offenders(rows, NOW)
+    assert offender.node == "gpu07" and offender.jobs == ["1", "2"] and offender.recommendation == "drain"
+    [entry] = fleet_drains([offender], 14, set())
+    assert entry["node"] == "gpu07" and entry["reason"].startswith("sattrib: repeat node fault in 2 jobs/14d")
+    assert entry["status"] == "recommended" and entry["jobs"] == ["1", "2"]
+
+
+def test_outside_the_window_systemic_ambiguous_and_software_causes_do_not_count():
+    rows = [
+        row("1", "gpu07", days_ago=20),  # before the window
+        row("2", "gpu07", days_ago=1),
+        row("3", "gpu07", days_ago=2, systemic=True),
+        row("4", "gpu07", days_ago=3, quality="ambiguous"),
+        row("5", "gpu07", days_ago=4, domain="application", category="app_exception"),
+    ]
+    assert repeat_offenders(rows, NOW) == []
+    assert [o.jobs for o in repeat_offenders(rows, NOW, window_days=30)] == [["1", "2"]]
+
+
+def test_a_gpu_with_repeated_memory_faults_is_an_rma_candidate(tmp_path):
+    rows = [row("1", "gpu03", days_ago=5, category="gpu_uncorrectable_ecc", gpu="0000:3b:00.0", xid=48),
+            row("2", "gpu03", days_ago=1, category="gpu_row_remap_failure", gpu="0000:3b:00.0", xid=64)]
+    offenders = repeat_offenders(rows, NOW)
+    assert [(o.node, o.pci_bus_id, o.recommendation) for o in offenders] == [
+        ("gpu03", None, "drain"), ("gpu03", "0000:3b:00.0", "rma")]
+    [entry] = fleet_drains(offenders, 14, set())  # one drain per node, naming the GPU
+    assert "GPU 0000:3b:00.0" in entry["reason"] and entry["recommendation"] == "rma"
+
+
+def test_switch_side_fabric_patterns_keep_network_offenders_from_being_drained():
+    rows = [row("1", "gpu05", days_ago=3, domain="network", category="link_down"),
+            row("2", "gpu05", days_ago=1, domain="network", category="link_down")]
+    offenders = repeat_offenders(rows, NOW)
+    assert fleet_drains(offenders, 14, {"gpu05"}) == []
+    assert [e["node"] for e in fleet_drains(offenders, 14, set())] == ["gpu05"]
+
+
+def test_a_drain_or_resume_settles_the_earlier_jobs(tmp_path):
+    rows = [row("1", "gpu07", days_ago=5), row("2", "gpu07", days_ago=3), row("3", "gpu07", days_ago=1)]
+    acknowledge(tmp_path, ["gpu07"], NOW - 2 * DAY)
+    assert read_acks(tmp_path) == {"gpu07": NOW - 2 * DAY}
+    assert repeat_offenders(rows, NOW, acks=read_acks(tmp_path)) == []  # only job 3 is after the ack
+    rows.append(row("4", "gpu07", days_ago=0.5))
+    assert [o.jobs for o in repeat_offenders(rows, NOW, acks=read_acks(tmp_path))] == [["3", "4"]]
