@@ -37,6 +37,8 @@ class Gpu(Model):
     node: str | None
     pci_bus_id: str = Field(description="domain:bus:device, lower case, as in the Xid line")
     xid: int | None = None
+    uuid: str | None = Field(default=None, description="GPU UUID from nvidia-smi output captured with the logs")
+    serial: str | None = Field(default=None, description="Board serial number from nvidia-smi output")
 
 
 class Link(Model):

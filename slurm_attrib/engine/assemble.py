@@ -75,11 +75,17 @@ def _gpu(event: Event) -> Gpu:
     return Gpu(node=event.node, pci_bus_id=event.fields["pci"], xid=event.fields.get("xid"))
 
 
-def gpus(events: list[Event], verdict: Verdict) -> list[Gpu]:
+def gpus(events: list[Event], verdict: Verdict, identities: dict | None = None) -> list[Gpu]:
+    """The GPUs that reported a fault, each with its UUID and serial when nvidia-smi output names them."""
+    from slurm_attrib.ingest.gpuids import pci_key
+
     found: dict[tuple, Gpu] = {}
     for event in sorted(events, key=lambda e: e.sort_key):
         if event.fields.get("pci") and event.type in ("gpu_xid", "gpu_lost") and event.role == "cause":
-            found.setdefault((event.node or "", event.fields["pci"]), _gpu(event))
+            key = (event.node or "", event.fields["pci"])
+            if key not in found:
+                identity = (identities or {}).get((event.node or "", pci_key(event.fields["pci"])), {})
+                found[key] = _gpu(event).model_copy(update=identity)
     return [found[k] for k in sorted(found)]
 
 

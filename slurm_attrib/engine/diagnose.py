@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from slurm_attrib.engine import assemble, correlate, reconcile
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
+from slurm_attrib.ingest.gpuids import gpu_identities
 from slurm_attrib.ingest.hangdumps import HangFinding, hang_finding
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.model import CoverageItem, Diagnosis, Drain
@@ -68,7 +69,7 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
         cause=assemble.cause_of(verdict.primary, verdict) if verdict.primary else assemble.cause_of_hang(verdict),
         alternatives=[assemble.cause_of(e, verdict) for e in assemble.alternatives(events, verdict)],
         systemic=verdict.systemic,
-        gpus=assemble.gpus(events, verdict),
+        gpus=assemble.gpus(events, verdict, gpu_identities(evidence)),
         links=assemble.links(events),
         symptoms=symptoms,
         timeline=assemble.timeline(events, verdict),

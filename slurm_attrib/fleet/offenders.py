@@ -43,6 +43,7 @@ class Offender:
     node: str
     pci_bus_id: str | None  # None: the node as a whole
     strikes: list[Strike] = field(default_factory=list)
+    uuid: str | None = None
 
     @property
     def jobs(self) -> list[str]:
@@ -60,6 +61,8 @@ class Offender:
 
     def reason(self, window_days: float) -> str:
         what = f"GPU {self.pci_bus_id}" if self.pci_bus_id else "node"
+        if self.uuid:
+            what += f" {self.uuid}"
         kinds = sorted({f"{s.domain}/{s.category}" for s in self.strikes})
         jobs = ",".join(self.jobs[:6]) + ("..." if len(self.jobs) > 6 else "")
         return f"sattrib: repeat {what} fault in {len(self.strikes)} jobs/{window_days:g}d ({' '.join(kinds)}) jobs {jobs}"
@@ -77,7 +80,7 @@ def repeat_offenders(
     start = now - window_days * 86400
     nodes: dict[str, Offender] = {}
     gpus: dict[tuple[str, str], Offender] = {}
-    for row in rows:
+    for row in sorted(rows, key=lambda r: (job_time(r), r.job_id)):
         when = job_time(row)
         if row.domain not in HARDWARE_DOMAINS or row.systemic or row.quality not in ("confirmed", "likely"):
             continue
@@ -90,10 +93,11 @@ def repeat_offenders(
             nodes.setdefault(node, Offender(node, None)).strikes.append(strike)
             for gpu in row.gpus:
                 if gpu.get("node") == node and gpu.get("pci_bus_id"):
-                    key = (node, gpu["pci_bus_id"])
-                    gpus.setdefault(key, Offender(node, key[1])).strikes.append(
-                        Strike(row.job_id, when, row.domain, row.category or "", row.quality, gpu.get("xid"))
-                    )
+                    # a GPU with a known UUID is followed when it moves to another slot or node
+                    key = ("uuid", gpu["uuid"]) if gpu.get("uuid") else (node, gpu["pci_bus_id"])
+                    offender = gpus.setdefault(key, Offender(node, gpu["pci_bus_id"], uuid=gpu.get("uuid")))
+                    offender.node, offender.pci_bus_id = node, gpu["pci_bus_id"]  # where it was last seen
+                    offender.strikes.append(Strike(row.job_id, when, row.domain, row.category or "", row.quality, gpu.get("xid")))
     found = [o for o in [*nodes.values(), *gpus.values()] if len({s.job_id for s in o.strikes}) >= MIN_JOBS]
     for offender in found:
         offender.strikes.sort(key=lambda s: (s.time, s.job_id))

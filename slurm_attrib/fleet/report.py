@@ -78,6 +78,7 @@ def _offender(offender: Offender, window_days: float, cause_lines: dict[str, str
     return {
         "node": offender.node,
         "gpu": offender.pci_bus_id,
+        "uuid": offender.uuid,
         "recommendation": offender.recommendation,
         "reason": offender.reason(window_days),
         "jobs": [

@@ -10,9 +10,9 @@ NOW = 1_780_000_000.0
 
 
 def row(job_id, node, *, days_ago, domain="gpu", category="gpu_fell_off_bus", quality="likely", gpu=None, xid=None,
-        systemic=False) -> Row:
+        systemic=False, uuid=None) -> Row:
     when = NOW - days_ago * DAY
-    gpus = [{"node": node, "pci_bus_id": gpu, "xid": xid}] if gpu else []
+    gpus = [{"node": node, "pci_bus_id": gpu, "xid": xid, "uuid": uuid}] if gpu else []
     return Row(job_id=job_id, user="u", uid=1, state="FAILED", domain=domain, category=category, quality=quality,
                culprit_nodes=[node], drains=[], drain_note="", summary="", analysed_at=when, owner_ok=True,
                path="/x", cause_time=when, gpus=gpus, systemic=systemic)
@@ -64,3 +64,13 @@ def test_a_drain_or_resume_settles_the_earlier_jobs(tmp_path):
     assert repeat_offenders(rows, NOW, acks=read_acks(tmp_path)) == []  # only job 3 is after the ack
     rows.append(row("4", "gpu07", days_ago=0.5))
     assert [o.jobs for o in repeat_offenders(rows, NOW, acks=read_acks(tmp_path))] == [["3", "4"]]
+
+
+def test_a_gpu_is_followed_by_its_uuid_when_it_moves():
+    uuid = "GPU-5d5b6c1e-8a3f-2c4b-9d7e-1f2a3b4c5d6e"
+    rows = [row("1", "gpu03", days_ago=5, gpu="0000:3b:00", xid=79, uuid=uuid),
+            row("2", "gpu09", days_ago=1, gpu="0000:5d:00", xid=79, uuid=uuid)]
+    [offender] = repeat_offenders(rows, NOW)  # neither node has two strikes; the GPU has
+    assert (offender.node, offender.pci_bus_id, offender.uuid, offender.jobs) == ("gpu09", "0000:5d:00", uuid, ["1", "2"])
+    [entry] = fleet_drains([offender], 14, set())
+    assert entry["node"] == "gpu09" and uuid in entry["reason"]

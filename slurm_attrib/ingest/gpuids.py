@@ -1,0 +1,73 @@
+"""GPU identities (UUID, serial number) by node and PCI bus id, from nvidia-smi output captured with
+the logs, so the fleet can follow a GPU that moves to another slot or node.
+
+Recognised: `nvidia-smi --query-gpu=pci.bus_id,uuid,serial --format=csv[,noheader]` lines
+(`00000000:3B:00.0, GPU-8f6d..., 1321021034567`, the epilog's `gpu_identity` source) and `nvidia-smi
+-q` blocks (`GPU 00000000:3B:00.0` followed by `Serial Number : ...` and `GPU UUID : GPU-...`).
+Read from small files of one node: nvidia-smi output (kind `nvidia_smi`), or command output that the
+kind detector took for application text (a headerless CSV has no nvidia-smi marker); the patterns
+are strict, and an identity only labels a GPU that a rule already named.
+"""
+
+from __future__ import annotations
+
+import re
+
+from slurm_attrib.ingest.types import Evidence
+
+MAX_BYTES = 1024 * 1024
+_PCI = r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?"
+_UUID = r"(?P<uuid>GPU-[0-9a-fA-F]{8}-[0-9a-fA-F-]{27})"
+_CSV = re.compile(rf"^\s*{_PCI}\s*,\s*{_UUID}\s*,\s*(?P<serial>[\w-]+|\[N/A\]|\[Not Supported\])\s*$", re.M)
+_Q_BLOCK = re.compile(rf"^GPU {_PCI}\s*$", re.M)
+_Q_SERIAL = re.compile(r"^\s+Serial Number\s+:\s+(\S+)\s*$", re.M)
+_Q_UUID = re.compile(rf"^\s+GPU UUID\s+:\s+{_UUID}\s*$", re.M)
+
+
+def pci_key(pci: str) -> str:
+    """`00000000:3B:00.0` and `0000:3b:00` name the same GPU: domain as 4 hex digits, lower case,
+    no function."""
+    parts = pci.lower().split(".")[0].split(":")
+    domain = parts[-3] if len(parts) >= 3 else "0"
+    try:
+        return f"{int(domain, 16):04x}:{':'.join(parts[-2:])}"
+    except ValueError:
+        return pci.lower()
+
+
+def gpu_identities(evidence: Evidence) -> dict[tuple[str, str], dict[str, str]]:
+    """(node, pci_key) -> {"uuid": ..., "serial": ...} (keys present when known)."""
+    found: dict[tuple[str, str], dict[str, str]] = {}
+    for source in evidence.files:
+        if source.kind not in ("nvidia_smi", "app") or not source.node or source.streamed or len(source.data) > MAX_BYTES:
+            continue
+        text = source.data.decode("utf-8", errors="replace")
+        for pci, identity in [*_from_csv(text), *_from_query(text)]:
+            found.setdefault((source.node, pci_key(pci)), {}).update(identity)
+    return found
+
+
+def _from_csv(text: str) -> list[tuple[str, dict]]:
+    out = []
+    for match in _CSV.finditer(text):
+        identity = {"uuid": match["uuid"]}
+        if not match["serial"].startswith("["):
+            identity["serial"] = match["serial"]
+        out.append((match["pci"], identity))
+    return out
+
+
+def _from_query(text: str) -> list[tuple[str, dict]]:
+    blocks = list(_Q_BLOCK.finditer(text))
+    out = []
+    for block, following in zip(blocks, [*blocks[1:], None]):
+        body = text[block.end(): following.start() if following else len(text)]
+        identity = {}
+        if serial := _Q_SERIAL.search(body):
+            if not serial[1].startswith(("N/A", "[")):
+                identity["serial"] = serial[1]
+        if uuid := _Q_UUID.search(body):
+            identity["uuid"] = uuid["uuid"]
+        if identity:
+            out.append((block["pci"], identity))
+    return out
