@@ -19,6 +19,7 @@ from slurm_attrib.hostlist import expand
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
 _VALID_JOB = re.compile(r"^\d+(?:_\d+|\+\d+)?$")
 _VALID_NODE = re.compile(r"^[A-Za-z0-9._-]+$")
+ENDED_STATES = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT")
 SACCT_FIELDS = ("JobID", "State", "ExitCode", "User", "UID", "GID", "NodeList", "Start", "End", "Reason")
 
 
@@ -159,9 +160,10 @@ class CliBackend(Backend):
     def ended_jobs(self, since: str, until: str = "now", states: tuple[str, ...] = (), partitions: tuple[str, ...] = ()) -> list[str]:
         """Ids of every user's jobs that ended between `since` and `until` (sacct time syntax, e.g.
         `now-7days`, `2026-12-01T00:00`), optionally only in these states and partitions."""
-        argv = ["sacct", "-a", "-X", "-n", "--parsable2", "-S", since, "-E", until, "-o", "JobID,State"]
-        if states:
-            argv += ["-s", ",".join(states)]
+        # With -s, sacct selects the jobs that were in one of these states within the window (that
+        # ended in it); without -s, Slurm 22.05 answered nothing at all for a relative -S.
+        argv = ["sacct", "-a", "-X", "-n", "--parsable2", "-S", since, "-E", until, "-o", "JobID,State",
+                "-s", ",".join(states or ENDED_STATES)]
         if partitions:
             argv += ["-r", ",".join(partitions)]
         ids = []
