@@ -86,6 +86,10 @@ class Store:
         """Insert or replace one index row as it is (`save` writes the files first)."""
         self.index.put(row)
 
+    def put_many(self, rows: list[Row]) -> None:
+        """Many index rows in one transaction."""
+        self.index.put_many(rows)
+
     def rows_analysed_with(self, rule_pack: str) -> set[str]:
         return self.index.rows_analysed_with(rule_pack)
 

@@ -107,6 +107,10 @@ class Index(ABC):
         """Insert or replace one row as it is."""
 
     @abstractmethod
+    def put_many(self, rows: list[Row]) -> None:
+        """`put` for many rows in one transaction (imports, benchmarks)."""
+
+    @abstractmethod
     def rows_analysed_with(self, rule_pack: str) -> set[str]:
         """Job ids whose diagnosis was made with this rule-pack version (a batch re-analysis
         skips them)."""

@@ -137,11 +137,13 @@ class PostgresIndex(Index):
                 )
 
     def put(self, row: Row) -> None:
-        values = row.values()
-        for name in JSON_COLUMNS:
-            values[name] = Jsonb(values[name])
-        with self._connection(write=True) as con:
-            con.execute(UPSERT, tuple(values.values()))
+        self.put_many([row])
+
+    def put_many(self, rows: list[Row]) -> None:
+        if not rows:
+            return
+        with self._connection(write=True) as con, con.transaction(), con.cursor() as cursor:
+            cursor.executemany(UPSERT, [_sql_values(row) for row in rows])
 
     @contextmanager
     def _connection(self, write: bool = False) -> Iterator[psycopg.Connection]:
@@ -164,6 +166,13 @@ class PostgresIndex(Index):
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
+
+
+def _sql_values(row: Row) -> tuple:
+    values = row.values()
+    for name in JSON_COLUMNS:
+        values[name] = Jsonb(values[name])
+    return tuple(values.values())
 
 
 def _ensure_schema(con: psycopg.Connection) -> None:

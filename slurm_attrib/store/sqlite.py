@@ -117,16 +117,17 @@ class SqliteIndex(Index):
         con.close()
 
     def put(self, row: Row) -> None:
-        values = row.values()
-        for name in JSON_COLUMNS:
-            values[name] = json.dumps(values[name])
-        for name in ("owner_ok", "trusted", "systemic"):
-            values[name] = int(values[name])
+        self.put_many([row])
+
+    def put_many(self, rows: list[Row]) -> None:
+        if not rows:
+            return
+        names = list(rows[0].values())
         con = self._writer()
         with con:
-            con.execute(
-                f"INSERT OR REPLACE INTO diagnoses ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
-                tuple(values.values()),
+            con.executemany(
+                f"INSERT OR REPLACE INTO diagnoses ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                (_sql_values(row) for row in rows),
             )
         con.close()
 
@@ -166,6 +167,15 @@ class SqliteIndex(Index):
             con.row_factory = sqlite3.Row
             return con
         return None
+
+def _sql_values(row: Row) -> tuple:
+    values = row.values()
+    for name in JSON_COLUMNS:
+        values[name] = json.dumps(values[name])
+    for name in ("owner_ok", "trusted", "systemic"):
+        values[name] = int(values[name])
+    return tuple(values.values())
+
 
 def _row(r: sqlite3.Row) -> Row:
     values = {key: r[key] for key in r.keys()}  # an index not yet migrated lacks the fleet columns

@@ -38,11 +38,11 @@ def _sattrib(config_file: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slurm_attrib", *args], capture_output=True, text=True, env=env, timeout=300)
 
 
-def test_a_spool_is_analysed_in_parallel_then_skipped(tmp_path, spool):
+def test_a_spool_is_analysed_in_parallel_then_skipped(tmp_path, spool, index_url):
     config = _config(tmp_path, spool)
     jobs, problems = find_jobs([spool])
     assert [j.job_id for j in jobs] == ["101", "102", "103", "104", "105"] and not problems
-    store = Store(config.results)
+    store = Store(config.results, index_url=index_url)
     first = run_batch(jobs, store, config, workers=2)
     assert first.count("analysed") == 5 and not first.changed()
     assert dict(first.by_domain()) == {"gpu": 1, "network": 1, "application": 2, "none": 1}

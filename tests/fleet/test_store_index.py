@@ -252,3 +252,13 @@ def test_postgres_columns_are_the_rows():
         "postgresql://u@h1:5432,h2/db?sslmode=require"
     assert without_password("postgres://:secret@db/x") == "postgres://db/x"
     assert without_password("postgresql://u:pw@[::1/x") == "postgresql://(not a valid URL)"
+
+
+def test_put_many_is_put_for_each_row(tmp_path, index_url):
+    store = Store(tmp_path / "results", index_url=index_url)
+    store.put(_row("1", category="old"))
+    rows = [_row(str(n), analysed_at=1712345678.0 + n) for n in range(1, 201)]
+    store.put_many(rows)  # job 1 replaced, 199 new
+    assert store.count() == 200 and store.rows() == rows
+    store.put_many([])
+    assert store.count() == 200
