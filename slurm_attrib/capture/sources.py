@@ -105,15 +105,6 @@ def default_sources() -> list[SourceConfig]:
             max_bytes=1024 * 1024,
             prefilter=False,
         ),
-        # Which GPU sits at which PCI address (UUID, board serial): the fleet follows a GPU that moves.
-        SourceConfig(
-            name="gpu_identity",
-            kind="nvidia_smi",
-            command=("nvidia-smi", "--query-gpu=pci.bus_id,uuid,serial", "--format=csv,noheader"),
-            timeout=3.0,
-            max_bytes=64 * 1024,
-            prefilter=False,
-        ),
         SourceConfig(name="ib_counters", kind="sysfs", timeout=1.0, prefilter=False),
     ]
 

@@ -95,7 +95,8 @@ def links(events: list[Event]) -> list[Link]:
     found: dict[tuple, list[Event]] = defaultdict(list)
     for event in events:
         device = event.fields.get("device")
-        if event.domain == "network" and device and event.role in ("cause", "symptom"):
+        counted = event.type.startswith("ib_counter")  # sysfs counter rises: context, but a fleet pattern
+        if event.domain == "network" and device and (event.role in ("cause", "symptom") or counted):
             port = event.fields.get("port")
             port = int(port) if isinstance(port, int) or (isinstance(port, str) and port.isdigit()) else None
             found[(event.node or "", str(device), port if port is not None else -1, event.type)].append(event)
@@ -105,7 +106,8 @@ def links(events: list[Event]) -> list[Link]:
         first = members[0]
         result.append(Link(
             node=first.node, device=key[1], port=None if key[2] < 0 else key[2], type=key[3], rule=first.rule_id,
-            time=iso(first.time), count=len(members), trusted=any(e.trusted for e in members),
+            time=iso(first.time), count=sum(int(e.fields.get("count") or 1) for e in members),
+            trusted=any(e.trusted for e in members),
         ))
     return sorted(result, key=lambda link: not link.trusted)[:MAX_LINKS]
 

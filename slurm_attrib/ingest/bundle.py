@@ -128,6 +128,27 @@ def _source_file(node: str, rel_bundle: str, src: dict) -> tuple[BundleSource | 
     return source, coverage
 
 
+def _gpu_identity_source(node: str, rel_bundle: str, gpus) -> BundleSource | None:
+    """The GPUs the prolog/epilog found (nvidia-smi's pci.bus_id, uuid, serial; /proc/driver/nvidia
+    UUIDs) as `--query-gpu` CSV lines, which ingest.gpuids reads like captured nvidia-smi output."""
+    if not isinstance(gpus, dict):
+        return None
+    lines = []
+    for item in [*(gpus.get("nvidia_smi") or []), *(gpus.get("proc") or [])]:
+        if not isinstance(item, dict):
+            continue
+        pci, uuid = str(item.get("pci_bus_id") or item.get("pci") or ""), str(item.get("uuid") or "")
+        if pci and uuid.startswith("GPU-"):
+            lines.append(f"{pci}, {uuid}, {item.get('serial') or '[N/A]'}")
+    if not lines:
+        return None
+    lines = list(dict.fromkeys(lines))
+    return BundleSource(
+        rel=f"{rel_bundle}/gpus", node=node, kind="nvidia_smi", trusted=True,
+        data=("\n".join(lines) + "\n").encode("utf-8", "replace"), line_numbers=list(range(1, len(lines) + 1)), status="ok",
+    )
+
+
 def load_spool_job(path: Path) -> Evidence:
     """Node bundles of one job -> Evidence (files, coverage, JobContext).  Never raises for bad
     bundles; an unreadable directory gives an Evidence with only coverage entries."""
@@ -163,6 +184,9 @@ def load_spool_job(path: Path) -> Evidence:
             coverage.append(cov)
             if source is not None:
                 files.append(source)
+        identities = _gpu_identity_source(node, rel, data.get("gpus"))
+        if identities is not None:
+            files.append(identities)
         errors = (data.get("capture") or {}).get("errors") or []
         if errors:
             coverage.append(

@@ -161,3 +161,37 @@ def test_load_spool_job_app_sources_untrusted_and_bad_content(tmp_path):
     statuses = {c.node: c.status for c in ev.coverage if c.source.endswith(".json.gz")}
     assert statuses == {"n2": "unreadable", "n3": "unreadable"}
     assert load_spool_job(tmp_path / "nothing").files == []
+
+
+def test_the_faulty_gpu_is_named_by_the_uuid_the_node_reported(node):
+    """The bundle's GPU list (/proc/driver/nvidia UUIDs; nvidia-smi's serials when the prolog ran it)
+    labels the GPU an Xid names, so the fleet can follow it when it moves."""
+    from slurm_attrib.engine.pipeline import analyze_path
+
+    uuid = "GPU-5d5b6c1e-8a3f-2c4b-9d7e-1f2a3b4c5d6e"
+    fake_sysfs(node.tmp, 0, "4: ACTIVE")
+    info = node.tmp / "proc" / "driver" / "nvidia" / "gpus" / "0000:3b:00.0" / "information"
+    info.write_text(f"Model: \t NVIDIA H100\nDevice Minor: \t 2\nGPU UUID: \t {uuid}\n")
+    kernel = node.tmp / "kernel-gpu01.log"
+    kernel.write_text("2024-04-09T01:21:38,000000+00:00 gpu01 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', "
+                      "name=<unknown>, GPU has fallen off the bus.\n")
+    node.source(name="kernel", kind="kernel", path=str(kernel))
+    assert node.run()[0] == 0
+    [gpu] = analyze_path(node.bundle_path().parents[1]).gpus
+    assert (gpu.pci_bus_id, gpu.xid, gpu.uuid, gpu.serial) == ("0000:3b:00", 79, uuid, None)
+
+
+def test_ib_counter_rises_become_links_of_the_port(node):
+    """link_downed rising between prolog and epilog, and a port left DOWN, are read by rules on
+    the ib_counters lines: the diagnosis lists the port for the fleet's fabric patterns."""
+    from slurm_attrib.engine.pipeline import analyze_path
+
+    fake_sysfs(node.tmp, 0, "4: ACTIVE")
+    node.source(name="ib_counters", kind="sysfs")
+    assert node.run(PROLOG)[0] == 0
+    fake_sysfs(node.tmp, 3, "1: DOWN")
+    assert node.run()[0] == 0
+    diagnosis = analyze_path(node.bundle_path().parents[1])
+    links = {(link.type, link.device, link.port, link.count) for link in diagnosis.links}
+    assert ("ib_counter_link_downed", "mlx5_0", 1, 3) in links and ("ib_port_down", "mlx5_0", 1, 1) in links
+    assert all(link.node == "gpu01" and link.trusted for link in diagnosis.links)
