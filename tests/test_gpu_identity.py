@@ -9,7 +9,7 @@ from slurm_attrib.engine.pipeline import analyze_path
 from slurm_attrib.ingest.gpuids import pci_key
 
 DEMO = Path(__file__).resolve().parents[1] / "slurm_attrib" / "samples" / "demo"
-UUID = "GPU-5d5b6c1e-8a3f-2c4b-9d7e-1f2a3b4c5d6e"
+UUID = "GPU-c78acdf5-c35e-3259-0f06-f48f7f79eff9"  # the demo job's own kernel line names it too
 
 QUERY_CSV = f"""00000000:18:00.0, GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9, 1321021000001
 00000000:5D:00.0, {UUID}, 1321021000042
@@ -58,6 +58,16 @@ def test_nvidia_smi_q_blocks_name_the_faulty_gpu(tmp_path):
     assert (gpu.uuid, gpu.serial) == (UUID, "1321021000042")
 
 
-def test_without_nvidia_smi_output_the_gpu_has_no_identity():
+def test_the_driver_kernel_line_names_the_uuid():
+    """`NVRM: GPU at PCI:0000:5d:00: GPU-...` precedes the Xid in the demo's kernel log."""
     [gpu] = [g for g in analyze_path(DEMO).gpus if g.xid == 79]
+    assert gpu.uuid == UUID and gpu.serial is None
+
+
+def test_a_gpu_no_line_identifies_has_no_identity(tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(DEMO, job)
+    for log in job.glob("*/*"):
+        log.write_text("".join(line for line in log.read_text().splitlines(True) if "NVRM: GPU at PCI" not in line))
+    [gpu] = [g for g in analyze_path(job).gpus if g.xid == 79]
     assert gpu.uuid is None and gpu.serial is None

@@ -3,7 +3,8 @@ the logs, so the fleet can follow a GPU that moves to another slot or node.
 
 Recognised: `nvidia-smi --query-gpu=pci.bus_id,uuid,serial --format=csv[,noheader]` lines
 (`00000000:3B:00.0, GPU-8f6d..., 1321021034567`, the epilog's `gpu_identity` source) and `nvidia-smi
--q` blocks (`GPU 00000000:3B:00.0` followed by `Serial Number : ...` and `GPU UUID : GPU-...`).
+-q` blocks (`GPU 00000000:3B:00.0` followed by `Serial Number : ...` and `GPU UUID : GPU-...`), and
+the driver's own kernel line before an Xid, `NVRM: GPU at PCI:0000:3b:00: GPU-<uuid>`.
 Read from small files of one node: nvidia-smi output (kind `nvidia_smi`), or command output that the
 kind detector took for application text (a headerless CSV has no nvidia-smi marker); the patterns
 are strict, and an identity only labels a GPU that a rule already named.
@@ -22,6 +23,7 @@ _CSV = re.compile(rf"^\s*{_PCI}\s*,\s*{_UUID}\s*,\s*(?P<serial>[\w-]+|\[N/A\]|\[
 _Q_BLOCK = re.compile(rf"^GPU {_PCI}\s*$", re.M)
 _Q_SERIAL = re.compile(r"^\s+Serial Number\s+:\s+(\S+)\s*$", re.M)
 _Q_UUID = re.compile(rf"^\s+GPU UUID\s+:\s+{_UUID}\s*$", re.M)
+_KERNEL = re.compile(rf"NVRM: GPU at PCI:{_PCI}: {_UUID}")
 
 
 def pci_key(pci: str) -> str:
@@ -39,10 +41,13 @@ def gpu_identities(evidence: Evidence) -> dict[tuple[str, str], dict[str, str]]:
     """(node, pci_key) -> {"uuid": ..., "serial": ...} (keys present when known)."""
     found: dict[tuple[str, str], dict[str, str]] = {}
     for source in evidence.files:
-        if source.kind not in ("nvidia_smi", "app") or not source.node or source.streamed or len(source.data) > MAX_BYTES:
+        if source.kind not in ("nvidia_smi", "app", "kernel", "syslog") or not source.node or source.streamed or len(source.data) > MAX_BYTES:
             continue
         text = source.data.decode("utf-8", errors="replace")
-        for pci, identity in [*_from_csv(text), *_from_query(text)]:
+        found_here = [(m["pci"], {"uuid": m["uuid"]}) for m in _KERNEL.finditer(text)] if "NVRM: GPU at PCI:" in text else []
+        if source.kind in ("nvidia_smi", "app"):
+            found_here += [*_from_csv(text), *_from_query(text)]
+        for pci, identity in found_here:
             found.setdefault((source.node, pci_key(pci)), {}).update(identity)
     return found
 
