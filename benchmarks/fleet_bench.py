@@ -11,9 +11,9 @@ stored diagnoses on SQLite and PostgreSQL.
     per worker, and the speed-up against one worker (linear = the worker count, up to the cores).
 (b) Report: generates --rows diagnoses (rows as `sattrib batch` stores them: culprits, GPUs with
     Xids, links, drains) over 30 days of 2,000 nodes, writes them with `Store.put_many`, then times
-    reading them back and building the whole fleet report (`fleet.history.fleet_view` +
-    `fleet.report.build_report` + text rendering), on SQLite and on a throw-away PostgreSQL
-    (contrib/testpg).  Baseline: reading the same rows without any analysis, same run.  Also the
+    building the whole fleet report as `sattrib report --since 30d` does (`fleet.report.fleet_report`
+    + text rendering), on SQLite and on a throw-away PostgreSQL (contrib/testpg).  Baseline: reading
+    every row back (`Store.rows()`), same run.  Also the
     index's size per diagnosis (SQLite file bytes / rows; PostgreSQL pg_total_relation_size / rows).
 
 Targets: (a) throughput grows linearly with workers (speed-up >= 0.8 x workers, up to the core
@@ -128,22 +128,21 @@ def generated_rows(count: int, now: float) -> list:
 
 
 def bench_report(store, config, now: float) -> dict:
+    import gc
+
     from slurm_attrib.fleet import report as fleet_report
-    from slurm_attrib.fleet.history import fleet_view
 
     started = time.perf_counter()
     rows = store.rows()
     read = time.perf_counter() - started
+    del rows
+    gc.collect()
     started = time.perf_counter()
-    view = fleet_view(store, config, now)
-    data = fleet_report.build_report(
-        view.rows, now=now, since_days=7, window_days=float(config.repeat_window_days), gpus_per_node=8,
-        offenders=view.offenders, patterns=view.patterns, fleet_drains=view.drains, cause_lines={},
-    )
+    data = fleet_report.fleet_report(store, config, now, since_days=30)  # every stored diagnosis is in range
     text = fleet_report.render_text(data)
     report = time.perf_counter() - started
-    return {"rows": len(rows), "read_s": read, "report_s": report, "offenders": len(view.offenders),
-            "patterns": len(view.patterns), "text_lines": text.count("\n")}
+    return {"rows": data["jobs"], "read_s": read, "report_s": report, "offenders": len(data["repeat_offenders"]),
+            "patterns": len(data["fabric_patterns"]), "text_lines": text.count("\n")}
 
 
 def start_postgres() -> tuple[str, str] | None:

@@ -127,19 +127,11 @@ def report(since: str, fmt: str, as_json: bool) -> None:
     """Fleet report: failures by domain/category and day, GPU-hours lost, top culprit nodes and
     GPUs, Xid histogram, repeat offenders, fabric patterns, drain recommendations."""
     from slurm_attrib.fleet import report as fleet_report
-    from slurm_attrib.fleet.history import cause_lines, fleet_view
 
     config = _config()
     if not _privileged(config):
         raise SattribError("report is for administrators (root or admin_group)")
-    store = _store(config)
-    now = time.time()
-    view = fleet_view(store, config, now)
-    data = fleet_report.build_report(
-        view.rows, now=now, since_days=_days(since), window_days=float(config.repeat_window_days),
-        gpus_per_node=int(config.gpus_per_node), offenders=view.offenders, patterns=view.patterns,
-        fleet_drains=view.drains, cause_lines=cause_lines(store, sorted({j for o in view.offenders for j in o.jobs})),
-    )
+    data = fleet_report.fleet_report(_store(config), config, time.time(), _days(since))
     fmt = "json" if as_json else fmt
     render = {"json": fleet_report.render_json, "csv": fleet_report.render_csv, "text": fleet_report.render_text}[fmt]
     click.echo(render(data), nl=False)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_attrib.store import RECOMMENDED, Row
+from slurm_attrib.store.index import HARDWARE_DOMAINS, job_time
 
-HARDWARE_DOMAINS = ("gpu", "network", "host")
 MEMORY_CATEGORIES = ("gpu_uncorrectable_ecc", "gpu_row_remap_failure")
 MEMORY_XIDS = (48, 63, 64, 92, 94, 95)  # NVIDIA Xid catalog: DBE, remap events and failures, contained/uncontained ECC
 DEFAULT_WINDOW_DAYS = 14.0
@@ -66,10 +66,6 @@ class Offender:
         kinds = sorted({f"{s.domain}/{s.category}" for s in self.strikes})
         jobs = ",".join(self.jobs[:6]) + ("..." if len(self.jobs) > 6 else "")
         return f"sattrib: repeat {what} fault in {len(self.strikes)} jobs/{window_days:g}d ({' '.join(kinds)}) jobs {jobs}"
-
-
-def job_time(row: Row) -> float:
-    return row.cause_time or row.job_end or row.analysed_at
 
 
 def repeat_offenders(

@@ -10,31 +10,59 @@ recommendation; fabric patterns; pending drains.
 from __future__ import annotations
 
 import csv
+import gc
 import io
 import json
 import time
 from collections import Counter, defaultdict
 
-from slurm_attrib.fleet.offenders import HARDWARE_DOMAINS, Offender, job_time
+from slurm_attrib.fleet.offenders import Offender
 from slurm_attrib.store import RECOMMENDED, Row
+from slurm_attrib.store.index import HARDWARE_DOMAINS, job_time
 
 SUCCESS_DOMAINS = ("none",)
 TOP = 10
+MAX_CAUSE_LINES = 200  # jobs whose cause line is read from its diagnosis file (the worst offenders first)
 
 
-def build_report(rows: list[Row], *, now: float, since_days: float, window_days: float, gpus_per_node: int,
-                 offenders: list[Offender], patterns: list, fleet_drains: list[dict], cause_lines: dict[str, str]) -> dict:
+def fleet_report(store, config, now: float, since_days: float) -> dict:
+    """The whole report: the index read once (fleet.history.fleet_view), then assembled.  The
+    cyclic garbage collector is paused: a report over 100,000 jobs makes millions of short-lived
+    objects and no cycles, and collection passes would cost a third of its time."""
+    from slurm_attrib.fleet.history import cause_lines, fleet_view
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        view = fleet_view(store, config, now, since_days)
+        jobs = list(dict.fromkeys(j for o in view.offenders for j in o.jobs))[:MAX_CAUSE_LINES]
+        return build_report(
+            view.counts, view.rows, now=now, since_days=since_days, window_days=float(config.repeat_window_days),
+            gpus_per_node=int(config.gpus_per_node), offenders=view.offenders, patterns=view.patterns,
+            fleet_drains=view.drains, cause_lines=cause_lines(store, jobs),
+        )
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def build_report(counts: list[dict], rows: list[Row], *, now: float, since_days: float, window_days: float,
+                 gpus_per_node: int, offenders: list[Offender], patterns: list, fleet_drains: list[dict],
+                 cause_lines: dict[str, str]) -> dict:
+    """`counts`: every job of the range, counted by the index; `rows`: the fleet rows (hardware
+    causes, links, pending drains) of the range and the repeat window."""
     start = now - since_days * 86400
+    failed = [c for c in counts if c["domain"] not in SUCCESS_DOMAINS]
     rows = [r for r in rows if job_time(r) >= start]
-    failed = [r for r in rows if r.domain not in SUCCESS_DOMAINS]
-    hardware = [r for r in failed if r.domain in HARDWARE_DOMAINS and not r.systemic]
+    hardware = [r for r in rows if r.domain in HARDWARE_DOMAINS and not r.systemic]
     per_day: dict[str, Counter] = defaultdict(Counter)
-    for row in failed:
-        per_day[time.strftime("%Y-%m-%d", time.gmtime(job_time(row)))][row.domain] += 1
-    gpu_hours = Counter()
-    for row in failed:
-        if row.elapsed is not None:
-            gpu_hours[row.domain] += row.elapsed / 3600 * max(row.node_count, 1) * gpus_per_node
+    by_domain, by_category, by_quality, gpu_hours = Counter(), Counter(), Counter(), Counter()
+    for c in failed:
+        per_day[c["day"]][c["domain"]] += c["jobs"]
+        by_domain[c["domain"]] += c["jobs"]
+        by_category[f"{c['domain']}/{c['category']}"] += c["jobs"]
+        by_quality[c["quality"]] += c["jobs"]
+        gpu_hours[c["domain"]] += c["node_seconds"] / 3600 * gpus_per_node
     xids: dict[str, Counter] = defaultdict(Counter)
     gpus = Counter()
     for row in hardware:
@@ -47,13 +75,13 @@ def build_report(rows: list[Row], *, now: float, since_days: float, window_days:
         "since_days": since_days,
         "window_days": window_days,
         "generated_at": _iso(now),
-        "jobs": len(rows),
-        "failed_jobs": len(failed),
-        "by_domain": dict(_ordered(Counter(r.domain for r in failed))),
-        "by_category": dict(_ordered(Counter(f"{r.domain}/{r.category}" for r in failed))),
-        "by_quality": dict(_ordered(Counter(r.quality for r in failed))),
+        "jobs": sum(c["jobs"] for c in counts),
+        "failed_jobs": sum(by_domain.values()),
+        "by_domain": dict(_ordered(by_domain)),
+        "by_category": dict(_ordered(by_category)),
+        "by_quality": dict(_ordered(by_quality)),
         "per_day": {day: dict(_ordered(per_day[day])) for day in sorted(per_day)},
-        "gpu_hours_lost": {domain: round(hours, 1) for domain, hours in _ordered(gpu_hours)},
+        "gpu_hours_lost": {domain: round(hours, 1) for domain, hours in _ordered(gpu_hours) if hours > 0},
         "gpus_per_node": gpus_per_node,
         "top_nodes": dict(_ordered(Counter(n for r in hardware for n in r.culprit_nodes), TOP)),
         "top_gpus": dict(_ordered(gpus, TOP)),

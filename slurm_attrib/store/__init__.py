@@ -86,6 +86,12 @@ class Store:
         """Insert or replace one index row as it is (`save` writes the files first)."""
         self.index.put(row)
 
+    def fleet_rows(self, since: float) -> list[Row]:
+        return self.index.fleet_rows(since)
+
+    def counts(self, since: float) -> list[dict]:
+        return self.index.counts(since)
+
     def put_many(self, rows: list[Row]) -> None:
         """Many index rows in one transaction."""
         self.index.put_many(rows)

@@ -9,6 +9,9 @@ hosts at once); both give back the same `Row` for the same `put`.
 
 from __future__ import annotations
 
+import gc
+import json
+
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -111,6 +114,16 @@ class Index(ABC):
         """`put` for many rows in one transaction (imports, benchmarks)."""
 
     @abstractmethod
+    def fleet_rows(self, since: float) -> list[Row]:
+        """Rows of jobs that ended at or after `since` which the fleet report reads one by one:
+        hardware causes, network links, pending drain recommendations."""
+
+    @abstractmethod
+    def counts(self, since: float) -> list[dict]:
+        """Jobs that ended at or after `since`, counted by domain, category, quality and UTC day:
+        {domain, category, quality, day, jobs, node_seconds} (node_seconds: elapsed x nodes)."""
+
+    @abstractmethod
     def rows_analysed_with(self, rule_pack: str) -> set[str]:
         """Job ids whose diagnosis was made with this rule-pack version (a batch re-analysis
         skips them)."""
@@ -118,6 +131,58 @@ class Index(ABC):
     @abstractmethod
     def count(self) -> int:
         """How many jobs the index holds."""
+
+
+def rows_of_tuples(tuples: list[tuple]) -> list[Row]:
+    """Rows from tuples of every column in COLUMNS order, the JSON columns as JSON text: the fast
+    path for a fleet report's many rows (each JSON column of all rows is decoded in one call)."""
+    if not tuples:
+        return []
+    collecting = gc.isenabled()
+    gc.disable()  # hundreds of thousands of new lists and dicts, none in a cycle: no collection passes
+    try:
+        columns = [list(c) for c in zip(*tuples)]
+        for index in JSON_INDEXES:
+            columns[index] = json.loads("[" + ",".join(text or "[]" for text in columns[index]) + "]")
+        for index in BOOL_INDEXES:
+            columns[index] = [bool(v) for v in columns[index]]
+        for index, default in DEFAULT_INDEXES:
+            columns[index] = [default if v is None else v for v in columns[index]]
+        return [Row(*values) for values in zip(*columns)]
+    finally:
+        if collecting:
+            gc.enable()
+
+
+JSON_INDEXES = tuple(COLUMNS.index(c) for c in JSON_COLUMNS)
+BOOL_INDEXES = tuple(COLUMNS.index(c) for c in ("owner_ok", "trusted", "systemic"))
+DEFAULT_INDEXES = tuple((COLUMNS.index(c), d) for c, d in (("drain_note", ""), ("summary", ""), ("rule_pack", ""),
+                                                             ("evidence", ""), ("node_count", 0)))
+HARDWARE_DOMAINS = ("gpu", "network", "host")
+
+
+def job_time(row: Row) -> float:
+    """When the job failed (its cause), else ended, else was analysed: what time ranges select on."""
+    return row.cause_time or row.job_end or row.analysed_at
+
+
+def is_fleet_row(row: Row) -> bool:
+    return row.domain in HARDWARE_DOMAINS or bool(row.links) or any(e.get("status") == "recommended" for e in row.drains)
+
+
+def counts_of(rows: list[Row]) -> list[dict]:
+    """`Index.counts` computed from rows (an index written before the fleet columns)."""
+    import time
+
+    groups: dict[tuple, dict] = {}
+    for row in rows:
+        day = time.strftime("%Y-%m-%d", time.gmtime(job_time(row)))
+        key = (row.domain, row.category, row.quality, day)
+        group = groups.setdefault(key, dict(zip(("domain", "category", "quality", "day"), key), jobs=0, node_seconds=0.0))
+        group["jobs"] += 1
+        if row.elapsed is not None:
+            group["node_seconds"] += row.elapsed * max(row.node_count, 1)
+    return [groups[key] for key in sorted(groups, key=lambda k: tuple(str(x) for x in k))]
 
 
 def ensure_results_dir(root: Path) -> None:

@@ -24,19 +24,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from slurm_attrib.store.index import COLUMNS, JSON_COLUMNS, Index, Row, StoreError
+from slurm_attrib.store.index import COLUMNS, JSON_COLUMNS, Index, Row, StoreError, counts_of, is_fleet_row, job_time, rows_of_tuples
 
 try:
     import psycopg
     from psycopg import errors, sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
-    from psycopg.rows import dict_row
+    from psycopg.rows import dict_row, tuple_row
     from psycopg.types.json import Jsonb
 except ImportError:
     raise StoreError(
         "index_url is PostgreSQL but psycopg is not installed: pip install 'slurm-attrib[postgres]'"
     ) from None
 
+JOB_TIME = "COALESCE(cause_time, job_end, analysed_at)"  # index.job_time in SQL
 CONNECT_TIMEOUT = 10  # seconds, unless the URL sets connect_timeout (libpq waits forever)
 
 # Column -> type; an older table gains the ones it lacks (with their defaults) on the first write.
@@ -79,6 +80,8 @@ UPSERT = sql.SQL("INSERT INTO diagnoses ({columns}) VALUES ({values}) ON CONFLIC
     sets=sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in COLUMNS[1:]),
 )
 SELECT = "SELECT * FROM diagnoses"  # an older table lacks some columns: Row gives their defaults
+# Every column in Row order, jsonb as text (decoded by index.rows_of_tuples): the fleet report's fast path.
+SELECT_TEXT = "SELECT " + ", ".join(f'"{c}"::text' if c in JSON_COLUMNS else f'"{c}"' for c in COLUMNS) + " FROM diagnoses"
 
 
 class PostgresIndex(Index):
@@ -111,6 +114,34 @@ class PostgresIndex(Index):
                 return [Row.from_values(r) for r in con.execute(query + " ORDER BY analysed_at, job_id", args)]
             except errors.UndefinedTable:
                 return []
+
+    def fleet_rows(self, since: float) -> list[Row]:
+        query = (SELECT_TEXT + f" WHERE {JOB_TIME} >= %s AND (domain IN ('gpu', 'network', 'host') OR links <> '[]'::jsonb"
+                 " OR drains @> '[{\"status\": \"recommended\"}]'::jsonb) ORDER BY analysed_at, job_id")
+        with self._connection() as con:
+            try:
+                return rows_of_tuples(con.cursor(row_factory=tuple_row).execute(query, (since,)).fetchall())
+            except errors.UndefinedTable:
+                return []
+            except errors.UndefinedColumn:  # a table from before the fleet columns
+                pass
+        return [r for r in self.rows() if job_time(r) >= since and is_fleet_row(r)]
+
+    def counts(self, since: float) -> list[dict]:
+        query = (
+            f"SELECT domain, category, quality, to_char(to_timestamp({JOB_TIME}) AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day,"
+            " count(*) AS jobs, coalesce(sum(CASE WHEN job_start IS NOT NULL AND job_end IS NOT NULL"
+            " THEN greatest(job_end - job_start, 0) * greatest(node_count, 1) ELSE 0 END), 0) AS node_seconds"
+            f" FROM diagnoses WHERE {JOB_TIME} >= %s GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
+        )
+        with self._connection() as con:
+            try:
+                return [{**r, "jobs": int(r["jobs"]), "node_seconds": float(r["node_seconds"])} for r in con.execute(query, (since,))]
+            except errors.UndefinedTable:
+                return []
+            except errors.UndefinedColumn:
+                pass
+        return counts_of([r for r in self.rows() if job_time(r) >= since])
 
     def rows_analysed_with(self, rule_pack: str) -> set[str]:
         with self._connection() as con:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from pathlib import Path
 
-from slurm_attrib.store.index import JSON_COLUMNS, Index, Row, ensure_results_dir
+from slurm_attrib.store.index import COLUMNS, JSON_COLUMNS, Index, Row, counts_of, ensure_results_dir, is_fleet_row, job_time, rows_of_tuples
 
 INDEX = "index.db"
 BUSY_TIMEOUT_MS = 15000
+JOB_TIME = "COALESCE(cause_time, job_end, analysed_at)"  # index.job_time in SQL
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS diagnoses (
@@ -70,16 +72,58 @@ class SqliteIndex(Index):
         return _row(r) if r else None
 
     def rows(self, since: float | None = None) -> list[Row]:
-        con = self._reader()
-        if con is None:
-            return []
         query, args = "SELECT * FROM diagnoses", ()
         if since is not None:
             query, args = query + " WHERE analysed_at >= ?", (since,)
-        with con:
-            out = [_row(r) for r in con.execute(query + " ORDER BY analysed_at, job_id", args)]
-        con.close()
-        return out
+        return self._select(query + " ORDER BY analysed_at, job_id", args)
+
+    def fleet_rows(self, since: float) -> list[Row]:
+        try:
+            return self._select(
+                f"SELECT * FROM diagnoses WHERE {JOB_TIME} >= ? AND (domain IN ('gpu', 'network', 'host')"
+                " OR links != '[]' OR drains LIKE '%\"status\": \"recommended\"%') ORDER BY analysed_at, job_id", (since,))
+        except sqlite3.OperationalError as exc:  # an index written before the fleet columns
+            if "no such column" not in str(exc):
+                raise
+            return [r for r in self.rows() if job_time(r) >= since and is_fleet_row(r)]
+
+    def counts(self, since: float) -> list[dict]:
+        con = self._reader()
+        if con is None:
+            return []
+        try:
+            with con:
+                return [dict(r) for r in con.execute(
+                    "SELECT domain, category, quality, date(" + JOB_TIME + ", 'unixepoch') AS day, count(*) AS jobs,"
+                    " total(CASE WHEN job_start IS NOT NULL AND job_end IS NOT NULL"
+                    " THEN max(job_end - job_start, 0) * max(node_count, 1) ELSE 0 END) AS node_seconds"
+                    f" FROM diagnoses WHERE {JOB_TIME} >= ? GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4", (since,))]
+        except sqlite3.OperationalError as exc:
+            if "no such column" not in str(exc):
+                raise
+            return counts_of([r for r in self.rows() if job_time(r) >= since])
+        finally:
+            con.close()
+
+    def _select(self, query: str, args: tuple) -> list[Row]:
+        """Rows of `SELECT * ...`: its columns named in Row order and decoded by position (a fleet
+        report reads up to 100,000 of them), or, in an index not yet migrated, by name."""
+        con = self._reader()
+        if con is None:
+            return []
+        con.row_factory = None
+        try:
+            with con:
+                try:
+                    return rows_of_tuples(con.execute(query.replace("SELECT *", SELECT_COLUMNS, 1), args).fetchall())
+                except sqlite3.OperationalError as exc:
+                    if "no such column" not in str(exc):
+                        raise
+                cursor = con.execute(query, args)
+                names = [d[0] for d in cursor.description]
+                return [_row(dict(zip(names, r))) for r in cursor]
+        finally:
+            con.close()
 
     def rows_analysed_with(self, rule_pack: str) -> set[str]:
         con = self._reader()
@@ -137,7 +181,7 @@ class SqliteIndex(Index):
         try:
             con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000)
             con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            con.execute("PRAGMA journal_mode=WAL")
+            _use_wal(con)
             con.executescript(SCHEMA)
             _add_fleet_columns(con)
         finally:
@@ -177,12 +221,30 @@ def _sql_values(row: Row) -> tuple:
     return tuple(values.values())
 
 
-def _row(r: sqlite3.Row) -> Row:
-    values = {key: r[key] for key in r.keys()}  # an index not yet migrated lacks the fleet columns
+SELECT_COLUMNS = "SELECT " + ", ".join(COLUMNS)
+
+
+def _row(r) -> Row:
+    values = dict(r)  # an index not yet migrated lacks the fleet columns
     for name in JSON_COLUMNS:
-        if values.get(name) is not None:
-            values[name] = json.loads(values[name])
+        value = values.get(name)
+        if value is not None:
+            values[name] = [] if value == "[]" else json.loads(value)
     return Row.from_values(values)
+
+
+def _use_wal(con: sqlite3.Connection) -> None:
+    """Switch a new index to WAL.  The switch needs the database alone and SQLite answers "locked"
+    at once, without its busy handler, while another writer is creating the same new file: retry."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _add_fleet_columns(con: sqlite3.Connection) -> None:

@@ -262,3 +262,29 @@ def test_put_many_is_put_for_each_row(tmp_path, index_url):
     assert store.count() == 200 and store.rows() == rows
     store.put_many([])
     assert store.count() == 200
+
+
+def test_fleet_rows_and_counts_are_what_python_makes_of_the_rows(tmp_path, index_url):
+    from slurm_attrib.store.index import counts_of, is_fleet_row, job_time
+
+    store = Store(tmp_path / "results", index_url=index_url)
+    recommended = [{"node": "gpu03", "reason": "sattrib: x", "status": "recommended", "detail": "", "at": 1.0}]
+    rows = [
+        _row("1", domain="gpu", links=[], drains=[]),
+        _row("2", domain="application", category="app_exception", links=[], drains=[], culprit_nodes=[]),
+        _row("3", domain="application", category="app_exception", drains=recommended, links=[]),
+        _row("4", domain="unknown", category="hang_unattributed", drains=[]),  # has a link
+        _row("5", domain="none", category="success", links=[], drains=[], cause_time=None, job_end=1712349999.5,
+             job_start=1712340000.0),
+        _row("6", domain="gpu", links=[], drains=[], cause_time=1000.0),  # long before the range
+    ]
+    store.put_many(rows)
+    since = 1712000000.0
+    in_range = [r for r in rows if job_time(r) >= since]
+    assert [r.job_id for r in store.fleet_rows(since)] == [r.job_id for r in in_range if is_fleet_row(r)] == ["1", "3", "4"]
+    got = store.counts(since)
+    expected = counts_of(in_range)
+    key = lambda c: (c["domain"], c["category"], c["quality"], c["day"])  # noqa: E731
+    rounded = lambda cs: sorted(({**c, "node_seconds": round(c["node_seconds"], 3)} for c in cs), key=key)  # noqa: E731
+    assert rounded(got) == rounded(expected)
+    assert sum(c["jobs"] for c in got) == 5
