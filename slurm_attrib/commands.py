@@ -352,6 +352,27 @@ def _print_batch_summary(summary) -> None:
             click.echo(f"  job {outcome.job_id}: failed: {outcome.error}")
 
 
+@click.command()
+@click.option("--textfile", type=click.Path(file_okay=False, path_type=Path),
+              help="Write DIR/sattrib.prom atomically (node_exporter's textfile collector) instead of stdout.")
+def metrics(textfile: Path | None) -> None:
+    """Prometheus metrics of the results store: diagnoses by domain/category/quality, drains,
+    hardware attributions per node and GPU, pending recommendations, last analysis time."""
+    from slurm_attrib.fleet.metrics import metrics_text, write_textfile
+
+    config = _config()
+    if not _privileged(config):
+        raise SattribError("metrics is for administrators (root or admin_group)")
+    text = metrics_text(_store(config), config, time.time())
+    if textfile is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        click.echo(write_textfile(textfile, text))
+    except OSError as exc:
+        raise SattribError(f"{textfile}: cannot write the metrics: {exc.strerror or exc}") from None
+
+
 def register(main: click.Group) -> None:
-    for command in (show, report, drain, undrain, analyze_job, batch):
+    for command in (show, report, drain, undrain, analyze_job, batch, metrics):
         main.add_command(command)

@@ -62,6 +62,8 @@ class Config:
     repeat_window_days: float = 14.0
     gpus_per_node: int = 8
     topology_files: tuple[str, ...] = ()
+    # node_exporter textfile collector folder: the worker rewrites <dir>/sattrib.prom after each diagnosis
+    metrics_textfile_dir: str = ""
     # The results index: empty = SQLite in `results` (index.db); a postgresql:// URL = that database
     # (for writers on several hosts at once; needs the `postgres` extra).
     index_url: str = ""

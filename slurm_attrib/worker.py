@@ -163,12 +163,24 @@ def _analyse_and_store(facts: JobFacts, config, backend, apply: bool, how: str):
         facts.job_id, diagnosis, render_text(diagnosis), uid=uid, user=user, state=state, drains=entries,
         drain_note=note, rule_pack=pack_version([Path(d) for d in config.rule_dirs]), evidence=str(facts.job_dir),
     )
+    _after_store(store, config, row, diagnosis)
     summary = ", ".join(f"{e['node']}={e['status']}" for e in entries) or "none"
     log(
         f"job {facts.job_id}: {diagnosis.domain}/{diagnosis.category} ({diagnosis.quality}) culprits="
         f"{','.join(diagnosis.culprit_nodes) or '-'} drains: {summary}; {how}"
     )
     return row
+
+
+def _after_store(store, config, row, diagnosis) -> None:
+    """Integrations fed by each new diagnosis; their failures are logged, never fatal."""
+    if config.metrics_textfile_dir:
+        try:
+            from slurm_attrib.fleet.metrics import metrics_text, write_textfile
+
+            write_textfile(config.metrics_textfile_dir, metrics_text(store, config, time.time()))
+        except Exception as exc:  # noqa: BLE001 - the diagnosis is stored; metrics wait for the next one
+            log(f"job {row.job_id}: metrics textfile not written: {type(exc).__name__}: {exc}")
 
 
 def _env_int(env: dict, key: str) -> int | None:

@@ -86,6 +86,9 @@ class Store:
         """Insert or replace one index row as it is (`save` writes the files first)."""
         self.index.put(row)
 
+    def last_analysed_at(self) -> float | None:
+        return self.index.last_analysed_at()
+
     def fleet_rows(self, since: float) -> list[Row]:
         return self.index.fleet_rows(since)
 

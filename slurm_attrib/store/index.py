@@ -124,6 +124,10 @@ class Index(ABC):
         {domain, category, quality, day, jobs, node_seconds} (node_seconds: elapsed x nodes)."""
 
     @abstractmethod
+    def last_analysed_at(self) -> float | None:
+        """When the newest diagnosis was stored (None: the index is empty)."""
+
+    @abstractmethod
     def rows_analysed_with(self, rule_pack: str) -> set[str]:
         """Job ids whose diagnosis was made with this rule-pack version (a batch re-analysis
         skips them)."""

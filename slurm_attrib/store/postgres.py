@@ -150,6 +150,13 @@ class PostgresIndex(Index):
             except (errors.UndefinedTable, errors.UndefinedColumn):  # nothing written, or before rule_pack
                 return set()
 
+    def last_analysed_at(self) -> float | None:
+        with self._connection() as con:
+            try:
+                return con.execute("SELECT max(analysed_at) AS t FROM diagnoses").fetchone()["t"]
+            except errors.UndefinedTable:
+                return None
+
     def count(self) -> int:
         with self._connection() as con:
             try:

@@ -139,6 +139,15 @@ class SqliteIndex(Index):
         finally:
             con.close()
 
+    def last_analysed_at(self) -> float | None:
+        con = self._reader()
+        if con is None:
+            return None
+        with con:
+            (value,) = con.execute("SELECT max(analysed_at) FROM diagnoses").fetchone()
+        con.close()
+        return value
+
     def count(self) -> int:
         con = self._reader()
         if con is None:
