@@ -373,6 +373,42 @@ def metrics(textfile: Path | None) -> None:
         raise SattribError(f"{textfile}: cannot write the metrics: {exc.strerror or exc}") from None
 
 
+@click.command()
+@click.option("--retry", is_flag=True, help="Send the dead letters again; keep those that still fail.")
+@click.option("--test", "job_id", help="Send the stored diagnosis of JOBID to every webhook now.")
+def webhooks(retry: bool, job_id: str | None) -> None:
+    """Webhooks: resend what could not be delivered, or test the receivers with a stored diagnosis."""
+    from slurm_attrib import notify
+
+    config = _config()
+    if not _privileged(config):
+        raise SattribError("webhooks is for administrators (root or admin_group)")
+    if not retry and not job_id:
+        raise SattribError("give --retry or --test JOBID")
+    if job_id:
+        from slurm_attrib.model import Diagnosis
+        from slurm_attrib.store import JSON_NAME
+
+        store = _store(config)
+        row = store.get(job_id)
+        if row is None:
+            raise SattribError(f"job {job_id}: no stored diagnosis")
+        diagnosis = Diagnosis.model_validate_json(store.read(job_id, JSON_NAME))
+        if not config.webhooks:
+            raise SattribError("no webhooks configured")
+        failed = False
+        for delivery in notify.notify(row, diagnosis, config):
+            click.echo(f"{delivery.url}: " + ("delivered" if delivery.delivered else f"NOT delivered ({delivery.error}); dead-lettered"))
+            failed = failed or not delivery.delivered
+        if failed:
+            sys.exit(1)
+        return
+    delivered, kept = notify.retry_dead_letters(config)
+    click.echo(f"{delivered} delivered, {kept} still in {notify.dead_letter_path(config)}")
+    if kept:
+        sys.exit(1)
+
+
 def register(main: click.Group) -> None:
-    for command in (show, report, drain, undrain, analyze_job, batch, metrics):
+    for command in (show, report, drain, undrain, analyze_job, batch, metrics, webhooks):
         main.add_command(command)

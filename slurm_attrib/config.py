@@ -36,6 +36,23 @@ class SourceConfig:
 
 
 @dataclass(frozen=True)
+class WebhookConfig:
+    """One receiver of each new diagnosis (sattrib.notify)."""
+
+    url: str  # http:// or https://
+    format: str = "json"  # json: the diagnosis and its index row | template: a jinja2 rendering
+    template: str = "webhook-chat.json.j2"  # with format template: a file of template_dirs or templates/
+    content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()  # e.g. an Authorization header
+    timeout: float = 5.0  # seconds per attempt
+    retries: int = 3  # attempts after the first one
+    backoff: float = 1.0  # seconds before the first retry, doubling
+
+
+WEBHOOK_FORMATS = ("json", "template")
+
+
+@dataclass(frozen=True)
 class Config:
     spool: str = "/var/spool/sattrib"  # shared filesystem: <spool>/<jobid>/nodes/<node>.json.gz
     local_spool: str = "/var/tmp/sattrib"  # fallback when the shared spool is not writable
@@ -64,6 +81,10 @@ class Config:
     topology_files: tuple[str, ...] = ()
     # node_exporter textfile collector folder: the worker rewrites <dir>/sattrib.prom after each diagnosis
     metrics_textfile_dir: str = ""
+    # POST each new diagnosis; what cannot be delivered is appended to the dead-letter file
+    # (default <results>/webhooks-dead-letter.jsonl) for `sattrib webhooks --retry`.
+    webhooks: tuple[WebhookConfig, ...] = ()
+    webhook_dead_letter: str = ""
     # The results index: empty = SQLite in `results` (index.db); a postgresql:// URL = that database
     # (for writers on several hosts at once; needs the `postgres` extra).
     index_url: str = ""
@@ -117,6 +138,8 @@ def _config_from(data: dict, path: Path) -> Config:
     for key, value in data.items():
         if key == "sources":
             values[key] = tuple(_source_from(item, path) for item in value or [])
+        elif key == "webhooks":
+            values[key] = tuple(_webhook_from(item, path) for item in value or [])
         elif key in ("rule_dirs", "template_dirs", "topology_files"):
             values[key] = tuple(str(v) for v in value or [])
         else:
@@ -127,6 +150,23 @@ def _config_from(data: dict, path: Path) -> Config:
     if index_url_problem(config.index_url):
         raise ConfigError(f"{path}: {index_url_problem(config.index_url)}")
     return config
+
+
+def _webhook_from(item: object, path: Path) -> WebhookConfig:
+    if not isinstance(item, dict) or not isinstance(item.get("url"), str):
+        raise ConfigError(f"{path}: each webhook needs a 'url'")
+    known = {f.name for f in fields(WebhookConfig)}
+    unknown = sorted(set(item) - known)
+    if unknown:
+        raise ConfigError(f"{path}: webhook: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    if not item["url"].startswith(("http://", "https://")):
+        raise ConfigError(f"{path}: webhook url must start with http:// or https://")
+    if item.get("format", "json") not in WEBHOOK_FORMATS:
+        raise ConfigError(f"{path}: webhook format {item.get('format')!r} is not one of {', '.join(WEBHOOK_FORMATS)}")
+    headers = item.get("headers") or {}
+    if not isinstance(headers, dict):
+        raise ConfigError(f"{path}: webhook headers must be a mapping")
+    return WebhookConfig(**{**item, "headers": tuple((str(k), str(v)) for k, v in headers.items())})
 
 
 def _source_from(item: object, path: Path) -> SourceConfig:

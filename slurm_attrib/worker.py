@@ -181,6 +181,16 @@ def _after_store(store, config, row, diagnosis) -> None:
             write_textfile(config.metrics_textfile_dir, metrics_text(store, config, time.time()))
         except Exception as exc:  # noqa: BLE001 - the diagnosis is stored; metrics wait for the next one
             log(f"job {row.job_id}: metrics textfile not written: {type(exc).__name__}: {exc}")
+    if config.webhooks:
+        try:
+            from slurm_attrib.notify import notify
+
+            for delivery in notify(row, diagnosis, config):
+                if not delivery.delivered:
+                    log(f"job {row.job_id}: webhook {delivery.url} not delivered after {delivery.attempts} attempt(s): "
+                        f"{delivery.error}; kept in the dead-letter file")
+        except Exception as exc:  # noqa: BLE001 - a webhook never fails the worker
+            log(f"job {row.job_id}: webhooks: {type(exc).__name__}: {exc}")
 
 
 def _env_int(env: dict, key: str) -> int | None:
