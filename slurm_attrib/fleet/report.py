@@ -64,13 +64,17 @@ def build_report(counts: list[dict], rows: list[Row], *, now: float, since_days:
         by_quality[c["quality"]] += c["jobs"]
         gpu_hours[c["domain"]] += c["node_seconds"] / 3600 * gpus_per_node
     xids: dict[str, Counter] = defaultdict(Counter)
+    node_xids: dict[str, Counter] = defaultdict(Counter)
     gpus = Counter()
-    for row in hardware:
+    labels: dict[str, str] = {}
+    for row in sorted(hardware, key=lambda r: (job_time(r), r.job_id)):
         for gpu in row.gpus:
-            key = f"{gpu.get('node')} {gpu.get('pci_bus_id')}"
+            key = gpu.get("uuid") or f"{gpu.get('node')} {gpu.get('pci_bus_id')}"  # a UUID follows a moved GPU
+            labels[key] = _gpu_label(gpu)  # where it was seen last
             gpus[key] += 1
             if gpu.get("xid") is not None:
                 xids[key][str(gpu["xid"])] += 1
+                node_xids[str(gpu.get("node"))][str(gpu["xid"])] += 1
     return {
         "since_days": since_days,
         "window_days": window_days,
@@ -84,13 +88,22 @@ def build_report(counts: list[dict], rows: list[Row], *, now: float, since_days:
         "gpu_hours_lost": {domain: round(hours, 1) for domain, hours in _ordered(gpu_hours) if hours > 0},
         "gpus_per_node": gpus_per_node,
         "top_nodes": dict(_ordered(Counter(n for r in hardware for n in r.culprit_nodes), TOP)),
-        "top_gpus": dict(_ordered(gpus, TOP)),
-        "xid_histogram": {key: dict(_ordered(xids[key])) for key in sorted(xids)},
+        "top_gpus": {labels[key]: n for key, n in _ordered(gpus, TOP)},
+        "xid_histogram": {labels[key]: dict(_ordered(xids[key])) for key in sorted(xids, key=labels.get)},
+        "xid_histogram_by_node": {node: dict(_ordered(node_xids[node])) for node in sorted(node_xids)},
         "repeat_offenders": [_offender(o, window_days, cause_lines) for o in offenders],
         "fabric_patterns": [_pattern(p) for p in patterns],
         "fleet_drains": fleet_drains,
         "pending_drains": [{"job_id": r.job_id, **e} for r in rows for e in r.drains if e.get("status") == RECOMMENDED],
     }
+
+
+def _gpu_label(gpu: dict) -> str:
+    """`node pci_bus_id`, with the UUID and serial when the capture named them."""
+    label = f"{gpu.get('node')} {gpu.get('pci_bus_id')}"
+    if gpu.get("uuid"):
+        label += f" {gpu['uuid']}" + (f" serial {gpu['serial']}" if gpu.get("serial") else "")
+    return label
 
 
 def _ordered(counter: Counter, limit: int | None = None) -> list[tuple]:
@@ -140,6 +153,9 @@ def render_text(report: dict) -> str:
     if lost:
         out.append(f"GPU-hours lost ({report['gpus_per_node']} GPUs per node): {sum(lost.values()):.1f} = "
                    + ", ".join(f"{d} {h:.1f}" for d, h in lost.items()))
+    if report["xid_histogram_by_node"]:
+        out.append("Xids by node: " + "; ".join(f"{node} " + ", ".join(f"{x} x{c}" for x, c in counts.items())
+                                               for node, counts in report["xid_histogram_by_node"].items()))
     out.append("Top hardware culprits:")
     out += [f"  {count:6d}  {node}" for node, count in report["top_nodes"].items()] or ["  none"]
     if report["top_gpus"]:
@@ -180,9 +196,9 @@ def render_csv(report: dict) -> str:
     for node, count in report["top_nodes"].items():
         writer.writerow({"section": "top_node", "node": node, "count": count})
     for gpu, count in report["top_gpus"].items():
-        node, _, pci = gpu.partition(" ")
+        node, pci, *identity = gpu.split(" ")
         xids = " ".join(f"{x}:{c}" for x, c in report["xid_histogram"].get(gpu, {}).items())
-        writer.writerow({"section": "top_gpu", "node": node, "gpu": pci, "count": count, "detail": xids})
+        writer.writerow({"section": "top_gpu", "key": " ".join(identity), "node": node, "gpu": pci, "count": count, "detail": xids})
     for offender in report["repeat_offenders"]:
         writer.writerow({"section": "repeat_offender", "key": offender["recommendation"], "node": offender["node"],
                          "gpu": offender["gpu"] or "", "count": len(offender["jobs"]),

@@ -74,3 +74,20 @@ def test_a_gpu_is_followed_by_its_uuid_when_it_moves():
     assert (offender.node, offender.pci_bus_id, offender.uuid, offender.jobs) == ("gpu09", "0000:5d:00", uuid, ["1", "2"])
     [entry] = fleet_drains([offender], 14, set())
     assert entry["node"] == "gpu09" and uuid in entry["reason"]
+
+
+def test_the_report_counts_a_moved_gpu_once_and_names_where_it_is_now():
+    from slurm_attrib.fleet.report import build_report, render_csv
+    from slurm_attrib.store.index import counts_of
+
+    uuid = "GPU-5d5b6c1e-8a3f-2c4b-9d7e-1f2a3b4c5d6e"
+    rows = [row("1", "gpu03", days_ago=5, gpu="0000:3b:00", xid=79, uuid=uuid),
+            row("2", "gpu09", days_ago=1, gpu="0000:5d:00", xid=48, uuid=uuid),
+            row("3", "gpu04", days_ago=2, gpu="0000:3b:00", xid=79)]
+    data = build_report(counts_of(rows), rows, now=NOW, since_days=7, window_days=14, gpus_per_node=8,
+                        offenders=[], patterns=[], fleet_drains=[], cause_lines={})
+    assert data["top_gpus"] == {f"gpu09 0000:5d:00 {uuid}": 2, "gpu04 0000:3b:00": 1}
+    assert data["xid_histogram"][f"gpu09 0000:5d:00 {uuid}"] == {"48": 1, "79": 1}
+    assert data["xid_histogram_by_node"] == {"gpu03": {"79": 1}, "gpu04": {"79": 1}, "gpu09": {"48": 1}}
+    [top] = [line for line in render_csv(data).splitlines() if line.startswith("top_gpu") and uuid in line]
+    assert top.startswith(f"top_gpu,{uuid},gpu09,0000:5d:00,2,")
