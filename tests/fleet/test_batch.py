@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,42 @@ def test_selection_by_job_id_and_shard(tmp_path, spool):
     assert sorted(shares[0] + shares[1]) == ["101", "102", "103", "104", "105"]
     bad = _sattrib(tmp_path / "config.yaml", "batch", "--shard", "2/2")
     assert bad.returncode == 2 and "INDEX/COUNT" in bad.stderr
+
+
+def test_an_interrupted_run_resumes_where_it_stopped(tmp_path):
+    import signal
+    import time as clock
+
+    spool = tmp_path / "spool"
+    for number in range(301, 313):
+        write_scenario(SCENARIOS[number % len(SCENARIOS)], spool / str(number), nodes=8, ranks_per_node=8, seed=number)
+        job_file = spool / str(number) / "job.json"
+        job_file.write_text(json.dumps({**json.loads(job_file.read_text()), "job_id": str(number)}))
+    (tmp_path / "config.yaml").write_text(f"results: {tmp_path / 'results'}\nspool: {spool}\n")
+    env = dict(os.environ, SATTRIB_CONFIG=str(tmp_path / "config.yaml"))
+    run = subprocess.Popen([sys.executable, "-m", "slurm_attrib", "batch", "--workers", "1"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = Store(tmp_path / "results")
+    deadline = clock.monotonic() + 120
+    while store.count() < 2 and clock.monotonic() < deadline and run.poll() is None:
+        clock.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=120)
+    if run.returncode == 0:
+        pytest.skip("the batch finished before the interrupt arrived")
+    assert run.returncode == 130 and "interrupted: run again to go on" in out and "Traceback" not in err
+    done = store.count()
+    assert 2 <= done < 12
+    again = _sattrib(tmp_path / "config.yaml", "batch", "--workers", "2")
+    assert again.returncode == 0
+    assert f"{12 - done} analysed, {done} skipped" in again.stdout and store.count() == 12
+
+
+@pytest.mark.skipif(not shutil.which("script"), reason="util-linux script(1) is needed for a terminal")
+def test_on_a_terminal_a_progress_bar(tmp_path, spool):
+    (tmp_path / "config.yaml").write_text(f"results: {tmp_path / 'results'}\nspool: {spool}\n")
+    command = f"{sys.executable} -m slurm_attrib batch --workers 1"
+    proc = subprocess.run(["script", "-qec", command, "/dev/null"], capture_output=True, timeout=300,
+                          env=dict(os.environ, SATTRIB_CONFIG=str(tmp_path / "config.yaml")))
+    assert proc.returncode == 0, proc.stdout
+    assert b"\r[####" in proc.stdout and b"] 5/5 jobs" in proc.stdout and b"batch: " not in proc.stdout
