@@ -74,6 +74,10 @@ def _emit(text: str, output: Path | None) -> None:
 def _render(diagnosis, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(diagnosis.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
+    if fmt == "html":
+        from slurm_attrib.render import render_html
+
+        return render_html(diagnosis)
     from slurm_attrib.render import render_text
 
     return render_text(diagnosis)
@@ -81,7 +85,8 @@ def _render(diagnosis, fmt: str) -> str:
 
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="json", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["json", "text", "html"]), default="json", show_default=True,
+              help="html: one self-contained page (inline CSS and SVG timeline) to open from disk or attach to a ticket.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
 @_rule_dirs_option
 def analyze(path: Path, fmt: str, output: Path | None, rule_dirs: tuple[Path, ...]) -> None:

@@ -1,7 +1,7 @@
 """`sattrib show | report | drain | undrain | analyze-job`: the controller-side commands.
 
 Registered on the CLI group by `register(main)` (see the end of slurm_attrib/cli.py).
-`show` imports neither pydantic nor the engine: it reads the stored files, so it is quick on a
+`show` imports neither pydantic nor the engine (except `--html`): it reads the stored files, so it is quick on a
 login node.  Exit codes of `show`: 0 ok, 3 not your job, 4 job unknown, 5 job still running,
 6 no diagnosis yet (analysis pending), 2 other errors.
 """
@@ -63,7 +63,9 @@ def _backend(config):
 @click.command()
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="The diagnosis as JSON instead of text.")
-def show(job_id: str, as_json: bool) -> None:
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the diagnosis as one self-contained HTML page to this file.")
+def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
     """Show the diagnosis of one of your jobs (found through the results index)."""
     from slurm_attrib.slurm import SlurmError
     from slurm_attrib.store import JSON_NAME, TEXT_NAME, StoreError
@@ -81,13 +83,16 @@ def show(job_id: str, as_json: bool) -> None:
         if not privileged and row.uid is not None and row.uid != me:
             _fail(NOT_YOURS, f"job {job_id} is not your job (it belongs to {row.user or row.uid})")
         try:
-            text = store.read(job_id, JSON_NAME if as_json else TEXT_NAME)
+            text = store.read(job_id, JSON_NAME if as_json or html_out else TEXT_NAME)
         except PermissionError:
             if row.uid == me and not row.owner_ok:
                 _fail(2, f"job {job_id}: the diagnosis was stored without per-user access (analysis did not run as root); ask an administrator")
             _fail(NOT_YOURS, f"job {job_id} is not your job (diagnosis not readable)")
         except FileNotFoundError:
             _fail(PENDING, f"job {job_id}: no diagnosis yet (analysis pending)")
+        if html_out:
+            _write_html(text, html_out)
+            return
         click.echo(text, nl=not text.endswith("\n"))
         return
     # Not in the index: ask Slurm why.
@@ -117,6 +122,18 @@ def _days(value: str) -> float:
     if days <= 0:
         raise SattribError(f"--since {value!r}: must be positive")
     return days
+
+
+def _write_html(diagnosis_json: str, path: Path) -> None:
+    from slurm_attrib.model import Diagnosis
+    from slurm_attrib.render import render_html
+
+    page = render_html(Diagnosis.model_validate_json(diagnosis_json))
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise SattribError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    click.echo(str(path))
 
 
 @click.command()

@@ -35,3 +35,84 @@ def environment(template_dirs: list[Path] | None = None) -> jinja2.Environment:
 def render_text(diagnosis: Diagnosis, template_dirs: list[Path] | None = None) -> str:
     template = environment(template_dirs).get_template("diagnosis.txt.j2")
     return template.render(d=diagnosis)
+
+
+# -- HTML ------------------------------------------------------------------------------------------
+
+MAX_LANES = 24  # a job of hundreds of nodes: the culprits and the first reporters, the rest in one lane
+LANE_HEIGHT = 22
+PLOT_LEFT, PLOT_WIDTH = 150, 760
+KIND_OF = {"first_cause": "cause", "first_symptom": "symptom", "last_event": "last"}
+
+
+def _unix(value: str | None) -> float | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def timeline_view(d: Diagnosis) -> dict | None:
+    """The cross-node timeline as drawing instructions: one lane per node (culprits first, then by
+    first event; beyond MAX_LANES the rest share one lane), each timed line a mark at its time, the
+    job's window as a band.  None when no line has a time."""
+    marks = _timeline_marks(d)
+    times = [m["t"] for m in marks] + [t for t in (_unix(d.outcome.start), _unix(d.outcome.end)) if t is not None]
+    if not marks:
+        return None
+    t0, t1 = min(times), max(times)
+    span = max(t1 - t0, 1.0)
+    t0, t1 = t0 - span * 0.03, t1 + span * 0.03
+    x = lambda t: round(PLOT_LEFT + (t - t0) / (t1 - t0) * PLOT_WIDTH, 1)  # noqa: E731
+    lanes = _lanes(d, marks)
+    for index, lane in enumerate(lanes):
+        lane["y"] = 30 + index * LANE_HEIGHT
+        lane["marks"] = [{**m, "x": x(m["t"]), "clock": _clock(m["time"])} for m in lane["marks"]]
+    start, end = _unix(d.outcome.start), _unix(d.outcome.end)
+    return {
+        "width": PLOT_LEFT + PLOT_WIDTH + 40,
+        "height": 40 + len(lanes) * LANE_HEIGHT,
+        "lanes": lanes,
+        "window": {"x0": x(start), "x1": x(end)} if start is not None and end is not None else None,
+        "ticks": [{"x": x(t0 + (t1 - t0) * i / 6), "label": datetime.utcfromtimestamp(t0 + (t1 - t0) * i / 6).strftime("%H:%M:%S")}
+                  for i in range(7)],
+        "left": PLOT_LEFT,
+        "right": PLOT_LEFT + PLOT_WIDTH,
+    }
+
+
+def _timeline_marks(d: Diagnosis) -> list[dict]:
+    seen: set[tuple] = set()
+    marks = []
+    for entry in d.timeline:
+        if entry.time and entry.node:
+            seen.add((entry.source, entry.line))
+            marks.append({"t": _unix(entry.time), "time": entry.time, "node": entry.node, "kind": KIND_OF[entry.what],
+                          "text": entry.text, "where": f"{entry.source}:{entry.line}"})
+    for line in d.evidence:
+        if line.time and line.node and (line.source, line.line) not in seen:
+            seen.add((line.source, line.line))
+            marks.append({"t": _unix(line.time), "time": line.time, "node": line.node, "kind": line.role,
+                          "text": line.text, "where": f"{line.source}:{line.line}"})
+    return sorted(marks, key=lambda m: (m["t"], m["node"]))
+
+
+def _lanes(d: Diagnosis, marks: list[dict]) -> list[dict]:
+    first: dict[str, float] = {}
+    for mark in marks:
+        first.setdefault(mark["node"], mark["t"])
+    culprits = [n for n in d.culprit_nodes if n in first] + [n for n in d.culprit_nodes if n not in first]
+    causes = [n for n in first if n not in culprits and any(m["node"] == n and m["kind"] == "cause" for m in marks)]
+    others = sorted((n for n in first if n not in culprits and n not in causes), key=lambda n: (first[n], n))
+    shown = culprits + causes + others[: max(0, MAX_LANES - 1 - len(culprits) - len(causes))]
+    rest = [n for n in others if n not in shown]
+    lanes = [{"name": n, "culprit": n in d.culprit_nodes, "marks": [m for m in marks if m["node"] == n]} for n in shown]
+    if rest:
+        lanes.append({"name": f"+{len(rest)} more nodes", "culprit": False, "marks": [m for m in marks if m["node"] in rest]})
+    return lanes
+
+
+def render_html(diagnosis: Diagnosis, template_dirs: list[Path] | None = None) -> str:
+    """One self-contained HTML file (inline CSS and SVG, nothing fetched)."""
+    env = environment(template_dirs)
+    env.autoescape = True  # log lines are hostile: every value is escaped
+    return env.get_template("diagnosis.html.j2").render(d=diagnosis, tl=timeline_view(diagnosis))
