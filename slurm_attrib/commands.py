@@ -109,33 +109,6 @@ def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
     _fail(PENDING, f"job {job_id} ended ({info.state}): no diagnosis yet (analysis pending)")
 
 
-def _days(value: str) -> float:
-    """'7d', '12h', '30m', '2w' or a plain number of days."""
-    text = str(value).strip().lower()
-    units = {"w": 7.0, "d": 1.0, "h": 1 / 24, "m": 1 / 1440}
-    scale = units.get(text[-1:], None)
-    number = text[:-1] if scale is not None else text
-    try:
-        days = float(number) * (scale or 1.0)
-    except ValueError:
-        raise SattribError(f"--since {value!r}: expected a duration such as 7d, 12h, 2w or a number of days") from None
-    if days <= 0:
-        raise SattribError(f"--since {value!r}: must be positive")
-    return days
-
-
-def _write_html(diagnosis_json: str, path: Path) -> None:
-    from slurm_attrib.model import Diagnosis
-    from slurm_attrib.render import render_html
-
-    page = render_html(Diagnosis.model_validate_json(diagnosis_json))
-    try:
-        path.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise SattribError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    click.echo(str(path))
-
-
 @click.command()
 @click.option("--since", "since", default="7d", show_default=True, help="How far back: 7d, 12h, 2w, or days.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "csv"]), default="text", show_default=True)
@@ -148,7 +121,7 @@ def report(since: str, fmt: str, as_json: bool) -> None:
     config = _config()
     if not _privileged(config):
         raise SattribError("report is for administrators (root or admin_group)")
-    data = fleet_report.fleet_report(_store(config), config, time.time(), _days(since))
+    data = fleet_report.fleet_report(_store(config), config, time.time(), fleet_report.parse_days(since))
     fmt = "json" if as_json else fmt
     render = {"json": fleet_report.render_json, "csv": fleet_report.render_csv, "text": fleet_report.render_text}[fmt]
     click.echo(render(data), nl=False)
@@ -426,6 +399,25 @@ def webhooks(retry: bool, job_id: str | None) -> None:
         sys.exit(1)
 
 
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8642, show_default=True, type=click.IntRange(1, 65535))
+def serve(host: str, port: int) -> None:
+    """Serve the results store over HTTP (REST API under /v1, OpenAPI at /openapi.json).
+    Needs the `serve` extra: pip install 'slurm-attrib[serve]'."""
+    try:
+        import uvicorn
+
+        from slurm_attrib.service.app import create_app
+    except ImportError as exc:
+        raise SattribError(f"sattrib serve needs the serve extra (pip install 'slurm-attrib[serve]'): {exc}") from None
+    try:
+        app = create_app(_config())
+    except OSError as exc:
+        raise SattribError(str(exc)) from None
+    uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=False)
+
+
 def register(main: click.Group) -> None:
-    for command in (show, report, drain, undrain, analyze_job, batch, metrics, webhooks):
+    for command in (show, report, drain, undrain, analyze_job, batch, metrics, webhooks, serve):
         main.add_command(command)

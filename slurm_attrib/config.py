@@ -85,6 +85,12 @@ class Config:
     # (default <results>/webhooks-dead-letter.jsonl) for `sattrib webhooks --retry`.
     webhooks: tuple[WebhookConfig, ...] = ()
     webhook_dead_letter: str = ""
+    # sattrib serve: admins by a token file (mode 0600), users by MUNGE credentials or a reverse
+    # proxy's user header (honoured only from these addresses).
+    service_admin_token_file: str = ""
+    service_trusted_proxies: tuple[str, ...] = ()
+    service_user_header: str = "X-Remote-User"
+    service_munge_socket: str = ""  # empty: unmunge's default socket
     # The results index: empty = SQLite in `results` (index.db); a postgresql:// URL = that database
     # (for writers on several hosts at once; needs the `postgres` extra).
     index_url: str = ""
@@ -140,7 +146,7 @@ def _config_from(data: dict, path: Path) -> Config:
             values[key] = tuple(_source_from(item, path) for item in value or [])
         elif key == "webhooks":
             values[key] = tuple(_webhook_from(item, path) for item in value or [])
-        elif key in ("rule_dirs", "template_dirs", "topology_files"):
+        elif key in ("rule_dirs", "template_dirs", "topology_files", "service_trusted_proxies"):
             values[key] = tuple(str(v) for v in value or [])
         else:
             values[key] = value

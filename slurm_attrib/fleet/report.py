@@ -25,6 +25,21 @@ TOP = 10
 MAX_CAUSE_LINES = 200  # jobs whose cause line is read from its diagnosis file (the worst offenders first)
 
 
+def parse_days(value: str) -> float:
+    """'7d', '12h', '30m', '2w' or a plain number of days."""
+    from slurm_attrib.errors import SattribError
+
+    text = str(value).strip().lower()
+    scale = {"w": 7.0, "d": 1.0, "h": 1 / 24, "m": 1 / 1440}.get(text[-1:])
+    try:
+        days = float(text[:-1] if scale is not None else text) * (scale or 1.0)
+    except ValueError:
+        raise SattribError(f"--since {value!r}: expected a duration such as 7d, 12h, 2w or a number of days") from None
+    if days <= 0:
+        raise SattribError(f"--since {value!r}: must be positive")
+    return days
+
+
 def fleet_report(store, config, now: float, since_days: float) -> dict:
     """The whole report: the index read once (fleet.history.fleet_view), then assembled.  The
     cyclic garbage collector is paused: a report over 100,000 jobs makes millions of short-lived

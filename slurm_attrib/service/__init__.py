@@ -1,0 +1,1 @@
+"""`sattrib serve`: the results store over HTTP (FastAPI on uvicorn), for users and admins."""
