@@ -116,3 +116,32 @@ def render_html(diagnosis: Diagnosis, template_dirs: list[Path] | None = None) -
     env = environment(template_dirs)
     env.autoescape = True  # log lines are hostile: every value is escaped
     return env.get_template("diagnosis.html.j2").render(d=diagnosis, tl=timeline_view(diagnosis))
+
+
+DOMAIN_COLOURS = {"gpu": "#c0392b", "network": "#2980b9", "host": "#8e44ad", "storage": "#16a085",
+                  "application": "#e67e22", "scheduler": "#7f8c8d", "unknown": "#34495e"}
+
+
+def failures_chart(per_day: dict[str, dict[str, int]], height: int = 120, bar: int = 18) -> dict:
+    """Failures per day as stacked bars (one colour per domain): drawing instructions for SVG."""
+    days = sorted(per_day)
+    top = max([sum(c.values()) for c in per_day.values()] + [1])
+    bars = []
+    for index, day in enumerate(days):
+        y = height
+        segments = []
+        for domain, count in sorted(per_day[day].items()):
+            h = round(count / top * (height - 10), 1)
+            y -= h
+            segments.append({"domain": domain, "count": count, "y": round(y, 1), "h": h,
+                             "colour": DOMAIN_COLOURS.get(domain, "#95a5a6")})
+        bars.append({"day": day, "x": 40 + index * (bar + 6), "segments": segments, "total": sum(per_day[day].values())})
+    return {"width": 60 + len(days) * (bar + 6), "height": height + 30, "base": height, "bar": bar, "bars": bars,
+            "top": top, "legend": [(d, c) for d, c in DOMAIN_COLOURS.items() if any(d in per_day[x] for x in days)]}
+
+
+def render_page(name: str, template_dirs: list[Path] | None = None, **values) -> str:
+    """A page of the service (fleet.html.j2, node.html.j2) through the same templates as the report."""
+    env = environment(template_dirs)
+    env.autoescape = True
+    return env.get_template(name).render(**values)

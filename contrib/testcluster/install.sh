@@ -5,10 +5,11 @@ set -euo pipefail
 
 # python3-click and python3-yaml: a Python the non-root test user can run for `sattrib show`
 # (the project venv may live under /root, which other users cannot enter).
-# postgresql: the fleet store's second backend; prometheus: its promtool checks the metrics we write.
-PKGS=(slurm-wlm slurmdbd slurm-client munge mariadb-server python3-click python3-yaml postgresql prometheus)
+# postgresql: the fleet store's second backend; prometheus: its promtool checks the metrics we write;
+# chromium: the service's pages are loaded in it (headless).
+PKGS=(slurm-wlm slurmdbd slurm-client munge mariadb-server python3-click python3-yaml postgresql prometheus chromium)
 # Binaries that must exist afterwards (package -> binary sanity check).
-BINS=(slurmctld slurmd slurmdbd sbatch sacct sacctmgr munged mariadbd promtool)
+BINS=(slurmctld slurmd slurmdbd sbatch sacct sacctmgr munged mariadbd promtool chromium)
 
 have_all() {
     local b

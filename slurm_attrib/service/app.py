@@ -8,6 +8,9 @@
     GET  /v1/metrics                 Prometheus metrics of the store (admins)
     POST /v1/analyze                 a logs-layout or capture folder as a .tar.gz upload -> its diagnosis (not stored)
 
+Pages for browsers (the same templates as the HTML report): `/fleet` and `/nodes/{node}` for
+admins, `/jobs` (the caller's jobs) and `/jobs/{job_id}` for everyone.
+
 Every request but health needs a caller (service.auth); a user sees only their own jobs.
 """
 
@@ -15,12 +18,13 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections import Counter
 import tempfile
 import time
 from pathlib import Path, PurePosixPath
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 
 from slurm_attrib import __version__
 from slurm_attrib.errors import SattribError
@@ -118,6 +122,45 @@ def create_app(config) -> FastAPI:
                 return analyze_path(root, tuple(Path(d) for d in config.rule_dirs))
             except SattribError as exc:
                 raise HTTPException(422, str(exc).splitlines()[0]) from None
+
+    # -- pages (the dashboard): the same templates as the HTML report ------------------------------
+    templates = [Path(d) for d in config.template_dirs]
+
+    @app.get("/", include_in_schema=False)
+    def home(who: Caller = Depends(caller)) -> RedirectResponse:
+        return RedirectResponse("fleet" if who.admin else "jobs", status_code=303)
+
+    @app.get("/fleet", response_class=HTMLResponse, include_in_schema=False)
+    def fleet_page(since: str = "14d", who: Caller = Depends(admin)) -> str:
+        from slurm_attrib.fleet.report import fleet_report, parse_days
+        from slurm_attrib.render import failures_chart, render_page
+
+        data = fleet_report(store, config, time.time(), parse_days(since))
+        return render_page("fleet.html.j2", templates, r=data, chart=failures_chart(data["per_day"]))
+
+    @app.get("/nodes/{node}", response_class=HTMLResponse, include_in_schema=False)
+    def node_page(node: str, who: Caller = Depends(admin)) -> str:
+        from slurm_attrib.render import render_page
+
+        rows = [r for r in reversed(store.rows()) if node in r.culprit_nodes]
+        xids = Counter(str(g["xid"]) for r in rows for g in r.gpus if g.get("node") == node and g.get("xid") is not None)
+        shown = [{**vars(r), "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.cause_time or r.job_end or r.analysed_at))}
+                 for r in rows]
+        return render_page("node.html.j2", templates, node=node, rows=shown, xids=dict(xids.most_common()))
+
+    @app.get("/jobs", response_class=HTMLResponse, include_in_schema=False)
+    def jobs_page(who: Caller = Depends(caller)) -> str:
+        from slurm_attrib.render import render_page
+
+        rows = [r for r in reversed(store.rows()) if who.admin or r.uid == who.uid or r.user == who.user][:500]
+        shown = [{**vars(r), "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.analysed_at))} for r in rows]
+        return render_page("jobs.html.j2", templates, rows=shown, who=who)
+
+    @app.get("/jobs/{job_id}", response_class=HTMLResponse, include_in_schema=False)
+    def job_page(job_id: str, who: Caller = Depends(caller)) -> str:
+        from slurm_attrib.render import render_html
+
+        return render_html(diagnosis_of(job_id, who), templates)
 
     @app.exception_handler(SattribError)
     def sattrib_error(request: Request, exc: SattribError) -> JSONResponse:

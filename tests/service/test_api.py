@@ -103,3 +103,18 @@ def test_a_token_file_others_can_read_is_refused(store_dir):
     loose.chmod(0o644)
     with pytest.raises(RuntimeError, match="must not be readable by group or others"):
         start_server(store_dir, f"results: {store_dir / 'results'}\nservice_admin_token_file: {loose}\n")
+
+
+def test_dashboard_pages(server):
+    admin = {"Authorization": f"Bearer {server.token}"}
+    status, headers, body = server.request("/fleet?since=3650d", admin)
+    assert status == 200 and b'id="failures"' in body and b"gpu/gpu_fell_off_bus" in body
+    status, _, body = server.request("/nodes/dgx004", admin)
+    assert status == 200 and body.count(b'href="../jobs/') == 2
+    status, _, body = server.request("/jobs", PROXY)
+    assert status == 200 and b'href="jobs/101"' in body and b"jobs/102" not in body
+    status, _, body = server.request("/jobs/101", PROXY)
+    assert status == 200 and b'data-kind="cause"' in body
+    assert server.request("/fleet", PROXY)[0] == 403 and server.request("/jobs/102", PROXY)[0] == 403
+    status, headers, _ = server.request("/", PROXY)
+    assert status == 200  # redirected to the user's jobs

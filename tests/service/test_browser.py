@@ -1,0 +1,80 @@
+"""The pages in Debian's headless Chromium, through a reverse proxy that sets the user header as a
+site's authenticating proxy does: they load without console messages, the timeline has one lane
+per node with the cause on the culprit's lane, and screenshots are saved."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from service_support import start_server, stop_server
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package chromium; contrib/testcluster/install.sh)")
+
+
+def proxy_to(upstream: str, user: str) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            request = urllib.request.Request(upstream + self.path, headers={"X-Remote-User": user})
+            try:
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    status, body, kind = answer.status, answer.read(), answer.headers.get("content-type", "text/html")
+            except urllib.error.HTTPError as exc:
+                status, body, kind = exc.code, exc.read(), "text/plain"
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def browser_base(store_dir):
+    server = start_server(store_dir, f"results: {store_dir / 'results'}\nservice_trusted_proxies: ['127.0.0.1']\n")
+    proxy = proxy_to(server.url, "root")  # root: an admin when no admin_group is set
+    yield f"http://127.0.0.1:{proxy.server_address[1]}"
+    proxy.shutdown()
+    stop_server(server)
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                           "--enable-logging=stderr", "--v=0", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("page, expect", [("jobs/101", 'data-kind="cause"'), ("fleet?since=3650d", 'id="failures"'),
+                                          ("nodes/dgx004", 'id="jobs"')])
+def test_pages_render_without_console_messages(browser_base, tmp_path, page, expect):
+    dom = chromium("--dump-dom", f"{browser_base}/{page}")
+    assert expect in dom.stdout, dom.stderr[-2000:]
+    assert "CONSOLE" not in dom.stderr, [line for line in dom.stderr.splitlines() if "CONSOLE" in line]
+    shot = tmp_path / (page.split("?")[0].replace("/", "-") + ".png")
+    taken = chromium(f"--screenshot={shot}", "--window-size=1000,800", f"{browser_base}/{page}")
+    assert shot.stat().st_size > 10_000, taken.stderr[-2000:]
+
+
+def test_the_timeline_has_a_lane_per_node_and_the_cause_on_the_culprit(browser_base):
+    import re
+
+    dom = chromium("--dump-dom", f"{browser_base}/jobs/101").stdout
+    lanes = re.findall(r'<g class="lane" data-node="([^"]+)">(.*?)</g>', dom, re.S)
+    assert len(lanes) == 8 and lanes[0][0] == "dgx004"
+    assert [node for node, body in lanes if 'data-kind="cause"' in body] == ["dgx004"]
+
+
+def test_chromium_does_report_console_messages(tmp_path):
+    """The console check above can fail: a page that logs an error shows it."""
+    page = tmp_path / "noisy.html"
+    page.write_text('<html><body><script>console.error("boom")</script></body></html>')
+    assert "CONSOLE" in chromium("--dump-dom", page.as_uri()).stderr
