@@ -5,7 +5,8 @@
     GET  /v1/jobs/{job_id}           one diagnosis (JSON)
     GET  /v1/jobs/{job_id}/html      the same as one self-contained HTML page
     GET  /v1/report?since=7d         the fleet report (admins)
-    GET  /v1/metrics                 Prometheus metrics of the store (admins)
+    GET  /v1/metrics                 Prometheus metrics of the store (admins; also at /metrics, with the
+                                     admin token as the scrape job's bearer token)
     POST /v1/analyze                 a logs-layout or capture folder as a .tar.gz upload -> its diagnosis (not stored)
 
 Pages for browsers (the same templates as the HTML report): `/fleet` and `/nodes/{node}` for
@@ -105,6 +106,7 @@ def create_app(config) -> FastAPI:
             raise HTTPException(400, str(exc)) from None
 
     @app.get("/v1/metrics", response_class=PlainTextResponse)
+    @app.get("/metrics", response_class=PlainTextResponse, include_in_schema=False)  # Prometheus' default path
     def metrics(who: Caller = Depends(admin)) -> str:
         from slurm_attrib.fleet.metrics import metrics_text
 

@@ -69,6 +69,7 @@ def test_an_admin_token_sees_everything(server):
     assert status == 200 and report["by_category"] == {"gpu/gpu_fell_off_bus": 2}
     status, headers, body = server.request("/v1/metrics", admin)
     assert status == 200 and b'sattrib_diagnoses_total{domain="gpu",category="gpu_fell_off_bus",quality="confirmed"} 2' in body
+    assert server.request("/metrics", admin)[2] == body and server.request("/metrics")[0] == 401
     assert server.json("/v1/report?since=soon", admin)[0] == 400
 
 
