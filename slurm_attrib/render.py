@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jinja2
 
+from slurm_attrib.engine.timefmt import unix
 from slurm_attrib.model import Diagnosis
 from slurm_attrib.paths import bundled_dir
 
@@ -45,18 +46,12 @@ PLOT_LEFT, PLOT_WIDTH = 150, 760
 KIND_OF = {"first_cause": "cause", "first_symptom": "symptom", "last_event": "last"}
 
 
-def _unix(value: str | None) -> float | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
 def timeline_view(d: Diagnosis) -> dict | None:
     """The cross-node timeline as drawing instructions: one lane per node (culprits first, then by
     first event; beyond MAX_LANES the rest share one lane), each timed line a mark at its time, the
     job's window as a band.  None when no line has a time."""
     marks = _timeline_marks(d)
-    times = [m["t"] for m in marks] + [t for t in (_unix(d.outcome.start), _unix(d.outcome.end)) if t is not None]
+    times = [m["t"] for m in marks] + [t for t in (unix(d.outcome.start), unix(d.outcome.end)) if t is not None]
     if not marks:
         return None
     t0, t1 = min(times), max(times)
@@ -67,13 +62,13 @@ def timeline_view(d: Diagnosis) -> dict | None:
     for index, lane in enumerate(lanes):
         lane["y"] = 30 + index * LANE_HEIGHT
         lane["marks"] = [{**m, "x": x(m["t"]), "clock": _clock(m["time"])} for m in lane["marks"]]
-    start, end = _unix(d.outcome.start), _unix(d.outcome.end)
+    start, end = unix(d.outcome.start), unix(d.outcome.end)
     return {
         "width": PLOT_LEFT + PLOT_WIDTH + 40,
         "height": 40 + len(lanes) * LANE_HEIGHT,
         "lanes": lanes,
         "window": {"x0": x(start), "x1": x(end)} if start is not None and end is not None else None,
-        "ticks": [{"x": x(t0 + (t1 - t0) * i / 6), "label": datetime.utcfromtimestamp(t0 + (t1 - t0) * i / 6).strftime("%H:%M:%S")}
+        "ticks": [{"x": x(t0 + (t1 - t0) * i / 6), "label": datetime.fromtimestamp(t0 + (t1 - t0) * i / 6, UTC).strftime("%H:%M:%S")}
                   for i in range(7)],
         "left": PLOT_LEFT,
         "right": PLOT_LEFT + PLOT_WIDTH,
@@ -86,12 +81,12 @@ def _timeline_marks(d: Diagnosis) -> list[dict]:
     for entry in d.timeline:
         if entry.time and entry.node:
             seen.add((entry.source, entry.line))
-            marks.append({"t": _unix(entry.time), "time": entry.time, "node": entry.node, "kind": KIND_OF[entry.what],
+            marks.append({"t": unix(entry.time), "time": entry.time, "node": entry.node, "kind": KIND_OF[entry.what],
                           "text": entry.text, "where": f"{entry.source}:{entry.line}"})
     for line in d.evidence:
         if line.time and line.node and (line.source, line.line) not in seen:
             seen.add((line.source, line.line))
-            marks.append({"t": _unix(line.time), "time": line.time, "node": line.node, "kind": line.role,
+            marks.append({"t": unix(line.time), "time": line.time, "node": line.node, "kind": line.role,
                           "text": line.text, "where": f"{line.source}:{line.line}"})
     return sorted(marks, key=lambda m: (m["t"], m["node"]))
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
+from slurm_attrib.engine.timefmt import unix
 from slurm_attrib.fleet.offenders import Offender, fleet_drains, read_acks, repeat_offenders
 from slurm_attrib.store import JSON_NAME, Row, Store
 from slurm_attrib.store.index import job_time
@@ -40,7 +40,7 @@ def fabric_patterns_of(rows: list[Row], config, now: float) -> list:
 
     start = now - float(config.repeat_window_days) * 86400
     events = [
-        {"job_id": row.job_id, **link, "time": _unix(link.get("time"))}
+        {"job_id": row.job_id, **link, "time": unix(link.get("time"))}
         for row in rows if job_time(row) >= start
         for link in row.links if link.get("trusted")
     ]
@@ -60,12 +60,3 @@ def cause_lines(store: Store, job_ids: list[str]) -> dict[str, str]:
         if cause:
             lines[job_id] = f"{cause.get('node') or '-'} {cause.get('source')}:{cause.get('line')}: {cause.get('text', '')}"
     return lines
-
-
-def _unix(value) -> float | None:
-    if not isinstance(value, str):
-        return value
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None

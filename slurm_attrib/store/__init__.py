@@ -21,11 +21,11 @@ import grp
 import json
 import os
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from slurm_attrib import atomic
 from slurm_attrib.config import index_url_problem
+from slurm_attrib.engine.timefmt import unix
 from slurm_attrib.store.index import Index, Row, StoreError, ensure_results_dir
 from slurm_attrib.store.sqlite import INDEX, SqliteIndex
 
@@ -166,27 +166,15 @@ def fleet_facts(diagnosis) -> dict:
     jobs reads no diagnosis file."""
     outcome, cause = diagnosis.outcome, diagnosis.cause
     return {
-        "job_start": _unix(outcome.start),
-        "job_end": _unix(outcome.end),
+        "job_start": unix(outcome.start),
+        "job_end": unix(outcome.end),
         "node_count": len(outcome.nodes),
-        "cause_time": _unix(cause.time) if cause else None,
+        "cause_time": unix(cause.time) if cause else None,
         "trusted": bool(cause and cause.trusted),
         "systemic": bool(diagnosis.systemic),
         "gpus": [g.model_dump(mode="json") for g in diagnosis.gpus],
         "links": [link.model_dump(mode="json") for link in diagnosis.links],
     }
-
-
-def _unix(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if stamp.tzinfo is None:  # the contract: no zone means UTC
-        stamp = stamp.replace(tzinfo=timezone.utc)
-    return stamp.timestamp()
 
 
 def _check_job_id(job_id: str) -> None:
