@@ -48,3 +48,14 @@ def write_in_dir(
         os.fsync(dir_fd)
     except OSError:
         pass
+
+
+def write_file(path: os.PathLike | str, data: bytes, mode: int = 0o644) -> None:
+    """Replace the file at `path` with `data` (its folder created when missing) the same way."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        write_in_dir(dir_fd, os.path.basename(path), data, mode=mode)
+    finally:
+        os.close(dir_fd)

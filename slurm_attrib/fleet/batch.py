@@ -263,11 +263,9 @@ def default_workers() -> int:
 
 
 def write_job_list(jobs: list[BatchJob], path: Path) -> None:
-    lines = "".join(f"{job.job_id}\t{job.evidence}\n" for job in jobs)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(lines, encoding="utf-8")
-    os.chmod(tmp, 0o644)
-    tmp.replace(path)
+    from slurm_attrib import atomic
+
+    atomic.write_file(path, "".join(f"{job.job_id}\t{job.evidence}\n" for job in jobs).encode("utf-8"))
 
 
 def read_job_list(path: Path) -> tuple[list[BatchJob], list[str]]:

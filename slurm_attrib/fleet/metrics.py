@@ -9,11 +9,10 @@ as a hardware origin -- never job ids or users.
 
 from __future__ import annotations
 
-import os
-import time
 from collections import Counter
 from pathlib import Path
 
+from slurm_attrib import atomic
 from slurm_attrib.store import RECOMMENDED, Store
 from slurm_attrib.store.index import HARDWARE_DOMAINS
 
@@ -77,11 +76,6 @@ def _number(value: float) -> str:
 
 def write_textfile(directory: str | Path, text: str) -> Path:
     """<directory>/sattrib.prom replaced atomically (the collector never reads half a file)."""
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / TEXTFILE
-    temporary = folder / f".{TEXTFILE}.{os.getpid()}.{time.monotonic_ns()}"
-    temporary.write_text(text, encoding="utf-8")
-    os.chmod(temporary, 0o644)
-    temporary.replace(target)
+    target = Path(directory) / TEXTFILE
+    atomic.write_file(target, text.encode("utf-8"))  # its temporary name does not end in .prom
     return target

@@ -12,10 +12,10 @@ again.  They are kept in `<results>/fleet-acks.json` ({node: UNIX time}).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_attrib import atomic
 from slurm_attrib.store import RECOMMENDED, Row
 from slurm_attrib.store.index import HARDWARE_DOMAINS, job_time
 
@@ -115,11 +115,7 @@ def acknowledge(results: str | Path, nodes: list[str], when: float) -> None:
     acks = read_acks(results)
     for node in nodes:
         acks[node] = max(acks.get(node, 0.0), when)
-    path = Path(results) / ACKS
-    tmp = path.with_name(f".{ACKS}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(acks, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.chmod(tmp, 0o644)
-    tmp.replace(path)
+    atomic.write_file(Path(results) / ACKS, (json.dumps(acks, indent=1, sort_keys=True) + "\n").encode("utf-8"))
 
 
 def fleet_drains(offenders: list[Offender], window_days: float, switch_side_nodes: set[str]) -> list[dict]:
