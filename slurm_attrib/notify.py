@@ -12,13 +12,17 @@ the worker never hangs on a receiver.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from slurm_attrib import atomic
 
 DEAD_LETTER = "webhooks-dead-letter.jsonl"
 MAX_SECONDS = 60.0
@@ -95,26 +99,44 @@ def _attempt(url: str, body: bytes, headers: dict, timeout: float) -> tuple[bool
         return True, f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__
 
 
-def write_dead_letter(config, entry: dict) -> None:
-    path = dead_letter_path(config)
+@contextmanager
+def _locked(path: Path):
+    """The dead-letter file's lock (a file beside it): appends and a retry's rewrite take turns."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(entry) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, line)  # one write per line: concurrent writers do not interleave lines
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
     finally:
         os.close(fd)
 
 
-def retry_dead_letters(config) -> tuple[int, int]:
-    """Send every dead letter once more; keep those that still fail.  (delivered, still failing)."""
+def write_dead_letter(config, entry: dict) -> None:
     path = dead_letter_path(config)
+    line = (json.dumps(entry) + "\n").encode("utf-8")
+    with _locked(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
+def _read_lines(path: Path) -> list[str]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        return path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        return 0, 0
+        return []
+
+
+def retry_dead_letters(config) -> tuple[int, int]:
+    """Send every dead letter once more; keep those that still fail.  (delivered, still failing).
+    The file is not locked while sending: letters written meanwhile are kept as they are."""
+    path = dead_letter_path(config)
+    with _locked(path):
+        taken = _read_lines(path)
     kept, delivered = [], 0
-    for line in lines:
+    for line in taken:
         try:
             entry = json.loads(line)
         except ValueError:
@@ -126,9 +148,8 @@ def retry_dead_letters(config) -> tuple[int, int]:
             delivered += 1
         else:
             kept.append(json.dumps({**entry, "error": result.error, "attempts": entry.get("attempts", 0) + 1, "at": time.time()}))
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as stream:
-        stream.write("".join(f"{line}\n" for line in kept))
-    temporary.replace(path)
+    with _locked(path):
+        if taken or path.exists():
+            arrived = _read_lines(path)[len(taken):]  # appended while we were sending
+            atomic.write_file(path, "".join(f"{line}\n" for line in kept + arrived).encode("utf-8"), mode=0o600)
     return delivered, len(kept)

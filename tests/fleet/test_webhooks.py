@@ -195,3 +195,22 @@ def test_cli_test_and_retry(receiver, stored, tmp_path):
     resent = run("--retry")
     assert resent.returncode == 0 and resent.stdout.startswith("1 delivered, 0 still in")
     assert run("--test", "999").stderr.strip() == "sattrib: job 999: no stored diagnosis"
+
+
+def test_a_letter_dead_lettered_during_a_retry_is_kept(receiver, stored, tmp_path):
+    root, row, diagnosis = stored
+    closed = Receiver()
+    down_url = closed.url
+    closed.close()
+    config = _config(tmp_path, _hook(down_url, retries=0))
+    notify(row, diagnosis, config)  # one dead letter for a receiver that is down
+    receiver.plan = [0.5]  # the retry's delivery is slow...
+    entry = json.loads(dead_letter_path(config).read_text())
+    dead_letter_path(config).write_text(json.dumps({**entry, "url": receiver.url}) + "\n")
+    retrying = threading.Thread(target=lambda: retry_dead_letters(config))
+    retrying.start()
+    time.sleep(0.2)
+    notify(row, diagnosis, config)  # ...and meanwhile another webhook fails
+    retrying.join()
+    [kept] = [json.loads(line) for line in dead_letter_path(config).read_text().splitlines()]
+    assert kept["url"] == down_url and kept["attempts"] == 1
