@@ -108,9 +108,7 @@ def _lanes(d: Diagnosis, marks: list[dict]) -> list[dict]:
 
 def render_html(diagnosis: Diagnosis, template_dirs: list[Path] | None = None) -> str:
     """One self-contained HTML file (inline CSS and SVG, nothing fetched)."""
-    env = environment(template_dirs)
-    env.autoescape = True  # log lines are hostile: every value is escaped
-    return env.get_template("diagnosis.html.j2").render(d=diagnosis, tl=timeline_view(diagnosis))
+    return render_page("diagnosis.html.j2", template_dirs, d=diagnosis, tl=timeline_view(diagnosis))
 
 
 DOMAIN_COLOURS = {"gpu": "#c0392b", "network": "#2980b9", "host": "#8e44ad", "storage": "#16a085",
@@ -136,7 +134,7 @@ def failures_chart(per_day: dict[str, dict[str, int]], height: int = 120, bar: i
 
 
 def render_page(name: str, template_dirs: list[Path] | None = None, **values) -> str:
-    """A page of the service (fleet.html.j2, node.html.j2) through the same templates as the report."""
+    """An HTML page (the diagnosis report, the service's fleet and node pages) from the templates."""
     env = environment(template_dirs)
-    env.autoescape = True
+    env.autoescape = True  # log lines are hostile: every value is escaped
     return env.get_template(name).render(**values)
