@@ -8,7 +8,7 @@ import json
 import tarfile
 
 import pytest
-from service_support import DEMO, start_server, stop_server
+from service_support import DEMO, start_server, stop_server, store_dir  # noqa: F401 (a fixture)
 
 from slurm_attrib.model import Diagnosis
 

@@ -11,7 +11,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from service_support import start_server, stop_server
+from service_support import start_server, stop_server, store_dir  # noqa: F401 (a fixture)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package chromium; contrib/testcluster/install.sh)")
