@@ -89,11 +89,19 @@ def _render(diagnosis, fmt: str) -> str:
               help="html: one self-contained page (inline CSS and SVG timeline) to open from disk or attach to a ticket.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
 @_rule_dirs_option
-def analyze(path: Path, fmt: str, output: Path | None, rule_dirs: tuple[Path, ...]) -> None:
+@click.option("--connectors/--no-connectors", default=True, show_default=True,
+              help="Also read the Loki and Prometheus connectors set in the config (loki.url, prometheus.url) "
+                   "for the job's nodes and window; without such settings there is nothing to read.")
+def analyze(path: Path, fmt: str, output: Path | None, rule_dirs: tuple[Path, ...], connectors: bool) -> None:
     """Diagnose the job whose evidence is in PATH (logs layout or capture directory)."""
     from slurm_attrib.engine.pipeline import analyze_path
 
-    diagnosis = analyze_path(path, rule_dirs)
+    config = None
+    if connectors:
+        from slurm_attrib.commands import _config
+
+        config = _config()
+    diagnosis = analyze_path(path, rule_dirs, config)
     _emit(_render(diagnosis, fmt), output)
 
 

@@ -53,6 +53,48 @@ WEBHOOK_FORMATS = ("json", "template")
 
 
 @dataclass(frozen=True)
+class LokiStream:
+    """One LogQL stream selector of a Loki connector, read as the given source kind."""
+
+    name: str  # names the evidence source: loki:<node>/<name>
+    kind: str  # kernel | syslog | app (vocab.SOURCE_KINDS)
+    selector: str  # a LogQL stream selector, e.g. '{job="systemd-journal", transport="kernel"}'
+    pipeline: str = ""  # LogQL line filters appended to the query, e.g. '|~ "NVRM|mlx5"'
+    program_label: str = ""  # a label naming the program (syslog_identifier): shown as `prog:`
+
+
+@dataclass(frozen=True)
+class LokiConfig:
+    """Kernel and syslog lines of the job's nodes and window from Loki's query_range API."""
+
+    url: str = ""  # empty: off
+    headers: tuple[tuple[str, str], ...] = ()  # Authorization, X-Scope-OrgID, ...
+    node_label: str = "host"  # the stream label holding the node's hostname
+    node_suffix: str = r"(?:\..*)?"  # regex after the hostname in that label (a domain)
+    streams: tuple[LokiStream, ...] = ()
+    margin: float = 300.0  # seconds read before the job's start and after its end
+    timeout: float = 10.0  # seconds for all of this connector's requests of one job
+    max_bytes: int = 16 * 1024 * 1024  # response bytes, all requests of one job
+    max_lines: int = 50_000  # entries per stream of one job (the newest are kept)
+    page_lines: int = 5000  # entries per request (Loki's max_entries_limit_per_query default)
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    """DCGM and node_exporter series of the job's nodes and window from Prometheus' query API."""
+
+    url: str = ""  # empty: off
+    headers: tuple[tuple[str, str], ...] = ()
+    node_label: str = "instance"  # the series label holding the node's hostname
+    node_suffix: str = r"(?:\..*)?(?::\d+)?"  # regex after the hostname: a domain, a port
+    metrics: tuple[str, ...] = ()  # empty: connectors.prometheus.DEFAULT_METRICS
+    margin: float = 300.0
+    timeout: float = 10.0
+    max_bytes: int = 16 * 1024 * 1024
+    max_series: int = 4096  # changed series read per job
+
+
+@dataclass(frozen=True)
 class Config:
     spool: str = "/var/spool/sattrib"  # shared filesystem: <spool>/<jobid>/nodes/<node>.json.gz
     local_spool: str = "/var/tmp/sattrib"  # fallback when the shared spool is not writable
@@ -94,6 +136,10 @@ class Config:
     # The results index: empty = SQLite in `results` (index.db); a postgresql:// URL = that database
     # (for writers on several hosts at once; needs the `postgres` extra).
     index_url: str = ""
+    # Evidence connectors beside the local files and node bundles (slurm_attrib.connectors):
+    # each is bounded in time and size, and its failure is recorded in coverage, never fatal.
+    loki: LokiConfig = LokiConfig()
+    prometheus: PrometheusConfig = PrometheusConfig()
 
 
 DRAIN_POLICIES = ("off", "recommend", "auto")
@@ -146,6 +192,10 @@ def _config_from(data: dict, path: Path) -> Config:
             values[key] = tuple(_source_from(item, path) for item in value or [])
         elif key == "webhooks":
             values[key] = tuple(_webhook_from(item, path) for item in value or [])
+        elif key == "loki":
+            values[key] = _loki_from(value, path)
+        elif key == "prometheus":
+            values[key] = _connector_from(PrometheusConfig, "prometheus", value, path)
         elif key in ("rule_dirs", "template_dirs", "topology_files", "service_trusted_proxies"):
             values[key] = tuple(str(v) for v in value or [])
         else:
@@ -185,3 +235,53 @@ def _source_from(item: object, path: Path) -> SourceConfig:
     if "command" in item:
         item = {**item, "command": tuple(str(a) for a in item["command"] or ())}
     return SourceConfig(**item)
+
+
+def _connector_from(cls, name: str, item: object, path: Path, **extra):
+    """A connector's mapping: known keys, an http(s) URL, headers as a mapping."""
+    if item is None:
+        return cls()
+    if not isinstance(item, dict):
+        raise ConfigError(f"{path}: {name} must be a mapping of settings")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(item) - known)
+    if unknown:
+        raise ConfigError(f"{path}: {name}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    url = item.get("url", "")
+    if not isinstance(url, str) or (url and not url.startswith(("http://", "https://"))):
+        raise ConfigError(f"{path}: {name} url must start with http:// or https://")
+    headers = item.get("headers") or {}
+    if not isinstance(headers, dict):
+        raise ConfigError(f"{path}: {name} headers must be a mapping")
+    values = {**item, **extra, "headers": tuple((str(k), str(v)) for k, v in headers.items())}
+    if "metrics" in values:
+        values["metrics"] = tuple(str(m) for m in values["metrics"] or ())
+    for key in ("node_suffix",):
+        try:
+            re.compile(str(values.get(key, "")))
+        except re.error as exc:
+            raise ConfigError(f"{path}: {name} {key} is not a valid regex: {exc}") from None
+    return cls(**values)
+
+
+def _loki_from(item: object, path: Path) -> LokiConfig:
+    streams = []
+    raw = item.get("streams") if isinstance(item, dict) else None
+    for entry in raw or []:
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("name", "kind", "selector")):
+            raise ConfigError(f"{path}: each loki stream needs 'name', 'kind' and 'selector'")
+        known = {f.name for f in fields(LokiStream)}
+        unknown = sorted(set(entry) - known)
+        if unknown:
+            raise ConfigError(f"{path}: loki stream {entry['name']!r}: unknown key(s) {', '.join(unknown)}")
+        if entry["kind"] not in ("kernel", "syslog", "app"):
+            raise ConfigError(f"{path}: loki stream {entry['name']!r}: kind must be kernel, syslog or app")
+        if not (entry["selector"].strip().startswith("{") and entry["selector"].strip().endswith("}")):
+            raise ConfigError(f"{path}: loki stream {entry['name']!r}: selector must be a LogQL stream selector {{...}}")
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", entry["name"]):
+            raise ConfigError(f"{path}: loki stream name {entry['name']!r} may hold only letters, digits, . _ -")
+        streams.append(LokiStream(**entry))
+    config = _connector_from(LokiConfig, "loki", item, path, streams=tuple(streams))
+    if config.url and not config.streams:
+        raise ConfigError(f"{path}: loki needs at least one entry in streams (name, kind, selector)")
+    return config

@@ -50,6 +50,7 @@ SEVERITIES = ("info", "warning", "error", "critical")
 #   nvidia_smi  nvidia-smi output
 #   sysfs       counters and states read from /sys
 #   job         the job record (job.json, Slurm's own accounting)
-SOURCE_KINDS = ("kernel", "syslog", "app", "nvidia_smi", "sysfs", "job")
+#   metrics     changes of monitoring series (DCGM, node_exporter) read by the Prometheus connector
+SOURCE_KINDS = ("kernel", "syslog", "app", "nvidia_smi", "sysfs", "job", "metrics")
 # Sources the job's user cannot write: only these may establish a hardware culprit or a drain.
-TRUSTED_KINDS = frozenset({"kernel", "syslog", "nvidia_smi", "sysfs", "job"})
+TRUSTED_KINDS = frozenset({"kernel", "syslog", "nvidia_smi", "sysfs", "job", "metrics"})

@@ -131,6 +131,7 @@ class JobFacts:
 
 def _analyse_and_store(facts: JobFacts, config, backend, apply: bool, how: str):
     """Analyse the spool job directory as it is now, store the diagnosis, apply the drain policy."""
+    from slurm_attrib.connectors import gather
     from slurm_attrib.drain import apply_policy, plan
     from slurm_attrib.engine.pipeline import analyze_evidence
     from slurm_attrib.ingest.bundle import load_spool_job
@@ -151,6 +152,7 @@ def _analyse_and_store(facts: JobFacts, config, backend, apply: bool, how: str):
             evidence.coverage.append(
                 CoverageEntry(node, f"nodes/{node}.json.gz", None, "missing", f"no node bundle within {facts.wait:g} s")
             )
+    gather(evidence, config)
     diagnosis = analyze_evidence(evidence, tuple(Path(d) for d in config.rule_dirs))
     entries, note = plan(diagnosis, config)
     if apply:

@@ -50,6 +50,12 @@ def load_any(path: Path) -> Evidence:
     return load_spool_job(path) if is_spool_job_dir(path) else load_evidence(path)
 
 
-def analyze_path(path: Path, rule_dirs: tuple[Path, ...] = ()) -> Diagnosis:
-    """Diagnose a logs-layout directory or a capture spool job directory."""
-    return analyze_evidence(load_any(Path(path)), tuple(rule_dirs))
+def analyze_path(path: Path, rule_dirs: tuple[Path, ...] = (), config=None) -> Diagnosis:
+    """Diagnose a logs-layout directory or a capture spool job directory; with a config, also what
+    its connectors (Loki, Prometheus) hold for the job's nodes and window."""
+    evidence = load_any(Path(path))
+    if config is not None:
+        from slurm_attrib.connectors import gather
+
+        gather(evidence, config)
+    return analyze_evidence(evidence, tuple(rule_dirs))

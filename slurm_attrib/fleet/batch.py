@@ -142,13 +142,16 @@ def in_shard(job_id: str, shard: tuple[int, int] | None) -> bool:
 # -- running --------------------------------------------------------------------------------------
 
 
-def analyse_one(job: BatchJob, rule_dirs: tuple[Path, ...]) -> tuple:
+def analyse_one(job: BatchJob, config) -> tuple:
     """In a worker process: (job_id, diagnosis, text, user, state) or (job_id, None, error)."""
+    from slurm_attrib.connectors import gather
     from slurm_attrib.engine.pipeline import analyze_evidence, load_any
     from slurm_attrib.render import render_text
 
+    rule_dirs = tuple(Path(d) for d in config.rule_dirs)
     try:
         evidence = load_any(job.evidence)
+        gather(evidence, config)
         diagnosis = analyze_evidence(evidence, rule_dirs)
         return job.job_id, diagnosis, render_text(diagnosis), evidence.job.user, evidence.job.state
     except SattribError as exc:
@@ -187,7 +190,7 @@ def run_batch(
         progress(done, total, summary)
     by_id = {job.job_id: job for job in todo}
     try:
-        for result in _results(todo, rule_dirs, workers):
+        for result in _results(todo, config, workers):
             summary.outcomes.append(_store_result(result, by_id[result[0]], stored.get(result[0]), store, config, pack, drain))
             done += 1
             if progress:
@@ -198,11 +201,11 @@ def run_batch(
     return summary
 
 
-def _results(todo: list[BatchJob], rule_dirs: tuple[Path, ...], workers: int):
+def _results(todo: list[BatchJob], config, workers: int):
     """Each job's analysis as it finishes; in this process when one worker is asked for."""
     if workers <= 1 or len(todo) <= 1:
         for job in todo:
-            yield analyse_one(job, rule_dirs)
+            yield analyse_one(job, config)
         return
     queue = list(reversed(todo))
     with ProcessPoolExecutor(max_workers=workers) as pool:
@@ -210,7 +213,7 @@ def _results(todo: list[BatchJob], rule_dirs: tuple[Path, ...], workers: int):
         try:
             while queue or running:
                 while queue and len(running) < 2 * workers:  # bounded: memory does not grow with the batch
-                    running.add(pool.submit(analyse_one, queue.pop(), rule_dirs))
+                    running.add(pool.submit(analyse_one, queue.pop(), config))
                 finished, running = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     yield future.result()

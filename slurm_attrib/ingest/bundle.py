@@ -31,6 +31,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_attrib.ingest.gpuids import identity_csv
 from slurm_attrib.ingest.types import CoverageEntry, Evidence, JobContext, SourceFile
 from slurm_attrib.vocab import SOURCE_KINDS, TRUSTED_KINDS
 
@@ -133,19 +134,20 @@ def _gpu_identity_source(node: str, rel_bundle: str, gpus) -> BundleSource | Non
     UUIDs) as `--query-gpu` CSV lines, which ingest.gpuids reads like captured nvidia-smi output."""
     if not isinstance(gpus, dict):
         return None
-    lines = []
+    rows = []
     for item in [*(gpus.get("nvidia_smi") or []), *(gpus.get("proc") or [])]:
         if not isinstance(item, dict):
             continue
         pci, uuid = str(item.get("pci_bus_id") or item.get("pci") or ""), str(item.get("uuid") or "")
         if pci and uuid.startswith("GPU-"):
-            lines.append(f"{pci}, {uuid}, {item.get('serial') or '[N/A]'}")
-    if not lines:
+            rows.append((pci, uuid, str(item.get("serial") or "")))
+    data = identity_csv(rows)
+    if not data:
         return None
-    lines = list(dict.fromkeys(lines))
+    count = data.count(b"\n")
     return BundleSource(
         rel=f"{rel_bundle}/gpus", node=node, kind="nvidia_smi", trusted=True,
-        data=("\n".join(lines) + "\n").encode("utf-8", "replace"), line_numbers=list(range(1, len(lines) + 1)), status="ok",
+        data=data, line_numbers=list(range(1, count + 1)), status="ok",
     )
 
 

@@ -37,6 +37,14 @@ def pci_key(pci: str) -> str:
         return pci.lower()
 
 
+def identity_csv(rows) -> bytes:
+    """(pci bus id, uuid[, serial]) rows as nvidia-smi `--query-gpu=pci.bus_id,uuid,serial` CSV
+    lines, the form gpu_identities reads: how GPUs known from elsewhere (the prolog's capture,
+    DCGM's labels) join the evidence."""
+    lines = [f"{row[0]}, {row[1]}, {(row[2] if len(row) > 2 else '') or '[N/A]'}" for row in rows]
+    return ("\n".join(dict.fromkeys(lines)) + "\n").encode("utf-8", "replace") if lines else b""
+
+
 def gpu_identities(evidence: Evidence) -> dict[tuple[str, str], dict[str, str]]:
     """(node, pci_key) -> {"uuid": ..., "serial": ...} (keys present when known)."""
     found: dict[tuple[str, str], dict[str, str]] = {}

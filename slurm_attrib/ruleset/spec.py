@@ -128,7 +128,8 @@ class Rule(StrictModel):
     id: str
     title: str = Field(max_length=100)
     description: str = ""
-    sources: list[str] = list(SOURCE_KINDS)
+    # default: every kind of log; the metrics connector's change lines only for rules that name it
+    sources: list[str] = [k for k in SOURCE_KINDS if k != "metrics"]
     match: Match
     fields: dict[str, FieldCast] = {}
     event: EventSpec

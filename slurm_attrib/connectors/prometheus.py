@@ -1,0 +1,136 @@
+"""Prometheus as an evidence source: DCGM and node_exporter series of the job's nodes and window.
+
+For each metric, one instant query asks which of the job's series changed in the window
+(`changes(M{node}[W]) > 0` at the window's end); the raw samples of the nodes that have such a
+series are then read (`M{node}[W]`) and every change becomes one timed line, e.g.
+
+    2026-12-02T13:04:15.000000+00:00 DCGM_FI_DEV_XID_ERRORS{UUID="GPU-…",gpu="3",pci_bus_id="00000000:3B:00.0"} 0 -> 79 (+79)
+    2026-12-02T13:05:00.000000+00:00 node_infiniband_link_downed_total{device="mlx5_2",port="1"} 3 -> 4 (+1)
+
+in the source `prometheus:<node>` of kind `metrics`.  What a change means (an Xid, a port down)
+is the rules' business (rules/metrics.yaml), as for any other line.  The time is the first sample
+that holds the new value: the change happened within one scrape interval before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slurm_attrib.connectors.http import Budget, ConnectorError, get_json, node_of, node_regex
+from slurm_attrib.engine.timefmt import iso
+
+# dcgm-exporter (etc/default-counters.csv, dcp-metrics-included.csv) and node_exporter's infiniband
+# collector (collector/infiniband_linux.go): the series whose changes rules/metrics.yaml reads.
+DEFAULT_METRICS = (
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_EXP_XID_ERRORS_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_THERMAL_VIOLATION",
+    "DCGM_FI_DEV_POWER_VIOLATION",
+    "node_infiniband_link_downed_total",
+    "node_infiniband_state_id",
+    "node_infiniband_physical_state_id",
+    "node_infiniband_link_error_recovery_total",
+    "node_infiniband_port_errors_received_total",
+)
+# Labels that say nothing about the device (who scraped it, where it runs), left out of the lines.
+NOISE_LABELS = frozenset({"__name__", "job", "instance", "Hostname", "exported_job", "exported_instance", "endpoint",
+                          "namespace", "pod", "container", "service", "prometheus", "container_name"})
+
+
+@dataclass
+class NodeChanges:
+    """The change lines of one node, with the GPUs (PCI bus id -> UUID) its DCGM labels name."""
+
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    gpus: dict[str, str] = field(default_factory=dict)
+    series: int = 0
+
+
+@dataclass
+class PrometheusResult:
+    nodes: dict[str, NodeChanges]
+    truncated: str = ""  # why some series were left out
+
+
+def read_changes(config, nodes: list[str], start: float, end: float) -> PrometheusResult:
+    """Every change of the configured metrics on the nodes' series in [start, end]."""
+    budget = Budget.start(config.timeout, config.max_bytes)
+    found: dict[str, NodeChanges] = {n: NodeChanges() for n in nodes}
+    window = max(1, int(round(end - start)))
+    selector = f"{config.node_label}=~{node_regex(nodes, config.node_suffix)}"
+    result = PrometheusResult(found)
+    series_left = config.max_series
+    for metric in config.metrics or DEFAULT_METRICS:
+        changed = _query(config, f"changes({metric}{{{selector}}}[{window}s]) > 0", end, budget)
+        changed_nodes = sorted({n for s in changed if (n := _node(s, config, nodes))})
+        if not changed_nodes:
+            continue
+        if series_left <= 0:
+            result.truncated = f"more than {config.max_series} changed series; {metric} and later metrics not read"
+            break
+        narrow = f"{config.node_label}=~{node_regex(changed_nodes, config.node_suffix)}"
+        for series in _query(config, f"{metric}{{{narrow}}}[{window}s]", end, budget):
+            node = _node(series, config, nodes)
+            lines = _change_lines(metric, series)
+            if node is None or not lines:
+                continue
+            series_left -= 1
+            found[node].series += 1
+            found[node].lines.extend(lines)
+            labels = series.get("metric") or {}
+            if labels.get("pci_bus_id") and str(labels.get("UUID", "")).startswith("GPU-"):
+                found[node].gpus[labels["pci_bus_id"]] = labels["UUID"]
+    for changes in found.values():
+        changes.lines.sort()
+    return result
+
+
+def _query(config, expr: str, at: float, budget: Budget) -> list[dict]:
+    data = get_json(config.url, "/api/v1/query", {"query": expr, "time": f"{at:.3f}"}, config.headers, budget)
+    if data.get("status") != "success":
+        raise ConnectorError(f"query failed: {data.get('errorType', '')} {data.get('error', '')}".strip())
+    body = data.get("data") or {}
+    if body.get("resultType") not in ("vector", "matrix"):
+        raise ConnectorError(f"unexpected result type {body.get('resultType')!r}")
+    return [s for s in body.get("result") or [] if isinstance(s, dict)]
+
+
+def _node(series: dict, config, nodes: list[str]) -> str | None:
+    value = (series.get("metric") or {}).get(config.node_label)
+    return node_of(value, nodes, config.node_suffix) if isinstance(value, str) else None
+
+
+def _change_lines(metric: str, series: dict) -> list[tuple[float, str]]:
+    """One line per sample whose value differs from the sample before it."""
+    labels = series.get("metric") or {}
+    shown = ",".join(f'{k}="{_quoted(v)}"' for k, v in sorted(labels.items()) if k not in NOISE_LABELS)
+    out = []
+    previous = None
+    for point in series.get("values") or []:
+        try:
+            at, value = float(point[0]), float(point[1])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if previous is not None and value != previous:
+            out.append((at, f"{iso(at)} {metric}{{{shown}}} {_number(previous)} -> {_number(value)} ({_delta(value - previous)})"))
+        previous = value
+    return out
+
+
+def _quoted(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else f"{value:g}"
+
+
+def _delta(value: float) -> str:
+    return ("+" if value > 0 else "-") + _number(abs(value))

@@ -1,0 +1,232 @@
+"""The Prometheus connector against a real Prometheus (Debian's package, contrib/testprom): series
+backfilled with promtool from simulated jobs whose fault shows only in DCGM or node_exporter
+metrics must give the diagnosis the local kernel lines give."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from connector_support import (OpenMetrics, PrometheusServer, cause_lines, diagnose, drop_lines, scrapes, simulated,
+                               step_samples, verdict)
+
+from slurm_attrib.config import Config, PrometheusConfig
+from support import sattrib_argv
+
+XID = re.compile(r"NVRM: Xid \(PCI:(?P<bus>[0-9a-f:]+)\): (?P<xid>\d+),")
+UUID = re.compile(r"NVRM: GPU at PCI:(?P<bus>[0-9a-f:]+): (?P<uuid>GPU-[0-9a-f-]+)")
+
+
+def dcgm_series(job, metrics: OpenMetrics, with_totals: bool) -> None:
+    """What dcgm-exporter would have exposed for the job's GPUs: the last-value Xid gauge and,
+    from newer exporters, a counter per Xid; every GPU of every node, scraped every 15 s."""
+    times = scrapes(job.start - 600, job.end + 600)
+    for node in job.nodes:
+        xids = [(t, m["bus"], int(m["xid"])) for t, _, msg in job.kernel[node.host] if (m := XID.search(msg))]
+        uuids = {m["bus"]: m["uuid"] for _, _, msg in job.kernel[node.host] if (m := UUID.search(msg))}
+        for index in range(job.rpn):
+            bus = job.gpu_bus(index)
+            labels = {"gpu": str(index), "UUID": uuids.get(bus, f"GPU-{node.index:08x}-0000-0000-0000-{index:012x}"),
+                      "pci_bus_id": f"0000{bus.upper()}.0", "device": f"nvidia{index}",
+                      "modelName": "NVIDIA H100 80GB HBM3", "Hostname": node.host,
+                      "instance": f"{node.host}:9400", "job": "dcgm"}
+            mine = [(t, x) for t, b, x in xids if b == bus]
+            metrics.series("DCGM_FI_DEV_XID_ERRORS", "gauge", labels, step_samples(times, mine))
+            for code in sorted({x for _, x in mine}) if with_totals else []:
+                counts = [(t, sum(1 for u, x in mine if x == code and u <= t)) for t, _ in mine]
+                metrics.series("DCGM_EXP_XID_ERRORS_TOTAL", "counter", {**labels, "xid": str(code)},
+                               step_samples(times, counts))
+
+
+def ib_series(job, metrics: OpenMetrics, down: dict[str, tuple[float, float]]) -> None:
+    """node_exporter's infiniband collector on every node: port mlx5_0/1 ACTIVE; a node in `down`
+    loses the link at t0 (link_downed +1, state DOWN) and gets it back at t1."""
+    times = scrapes(job.start - 600, job.end + 600)
+    for node in job.nodes:
+        labels = {"device": "mlx5_0", "port": "1", "instance": f"{node.host}:9100", "job": "node"}
+        t0, t1 = down.get(node.host, (float("inf"), float("inf")))
+        metrics.series("node_infiniband_link_downed_total", "counter", labels, step_samples(times, [(t0, 1)], 0))
+        metrics.series("node_infiniband_state_id", "gauge", labels, step_samples(times, [(t0, 1), (t1, 4)], 4))
+        metrics.series("node_infiniband_physical_state_id", "gauge", labels, step_samples(times, [(t0, 2), (t1, 5)], 5))
+
+
+def config_for(url: str, **settings) -> Config:
+    return Config(prometheus=PrometheusConfig(url=url, **settings))
+
+
+def metrics_only_copy(local: Path, target: Path, *needles: str) -> Path:
+    shutil.copytree(local, target)
+    assert drop_lines(target, *needles) > 0
+    return target
+
+
+@pytest.mark.parametrize("scenario", ["gpu_fell_off_bus", "gpu_uncorrectable_ecc", "gpu_row_remap_failure", "gpu_nvlink"])
+def test_an_xid_seen_only_by_dcgm_gives_the_local_diagnosis(tmp_path, scenario):
+    job = simulated(scenario, tmp_path / "local")
+    metrics = OpenMetrics()
+    dcgm_series(job, metrics, with_totals=True)
+    server = PrometheusServer(metrics.text())
+    try:
+        local = diagnose(tmp_path / "local")
+        remote_dir = metrics_only_copy(tmp_path / "local", tmp_path / "metrics", "NVRM: Xid", "fallen off the bus")
+        assert verdict(diagnose(remote_dir)) != verdict(local)  # the Xid lines were what made it
+        remote = diagnose(remote_dir, config_for(server.url))
+    finally:
+        server.stop()
+    assert verdict(remote) == verdict(local)
+    causes = cause_lines(remote)
+    assert causes and causes[0]["source"].startswith("prometheus:")  # the first cause line; the job's own may follow
+    assert "DCGM_" in causes[0]["text"] and causes[0]["node"] == local["culprit_nodes"][0]
+    gpu = remote["gpus"][0]
+    assert gpu["uuid"] and gpu["uuid"].startswith("GPU-")  # from DCGM's UUID label
+    coverage = {c["source"]: c for c in remote["coverage"] if c["source"].startswith("prometheus:")}
+    assert coverage[f"prometheus:{gpu['node']}"]["status"] == "ok"
+
+
+def test_the_last_value_gauge_alone_names_the_gpu_of_a_single_xid(tmp_path):
+    """Exporters with only DCGM_FI_DEV_XID_ERRORS (the default counters): one Xid is seen."""
+    job = simulated("gpu_nvlink", tmp_path / "local")
+    metrics = OpenMetrics()
+    dcgm_series(job, metrics, with_totals=False)
+    assert "DCGM_EXP_XID_ERRORS_TOTAL" not in metrics.text()
+    server = PrometheusServer(metrics.text())
+    try:
+        remote = diagnose(metrics_only_copy(tmp_path / "local", tmp_path / "metrics", "NVRM: Xid"), config_for(server.url))
+    finally:
+        server.stop()
+    assert verdict(remote) == verdict(diagnose(tmp_path / "local"))
+
+
+def test_an_infiniband_port_down_seen_only_by_node_exporter(tmp_path):
+    job = simulated("link_down", tmp_path / "local")
+    (t_down, host), = [(t, h) for h, lines in job.kernel.items() for t, _, m in lines if "Link down" in m]
+    metrics = OpenMetrics()
+    ib_series(job, metrics, {host: (t_down, t_down + 120)})
+    server = PrometheusServer(metrics.text())
+    try:
+        remote_dir = metrics_only_copy(tmp_path / "local", tmp_path / "metrics", "Link down", "Lost carrier")
+        remote = diagnose(remote_dir, config_for(server.url))
+    finally:
+        server.stop()
+    local = diagnose(tmp_path / "local")
+    assert verdict(remote) == verdict(local)
+    assert {e["rule"] for e in cause_lines(remote)} >= {"net.ib_metric_port_down"}
+    links = [(link["node"], link["device"], link["port"]) for link in remote["links"]]
+    assert (host, "mlx5_0", 1) in links
+    # the change lines are timed to the first scrape after the fault
+    first = min(e["time"] for e in remote["evidence"] if e["source"] == f"prometheus:{host}")
+    assert 0 <= _unix(first) - t_down <= 15
+
+
+def _unix(text: str) -> float:
+    from slurm_attrib.engine.timefmt import unix
+
+    return unix(text)
+
+
+@pytest.fixture(scope="module")
+def quiet_server(tmp_path_factory):
+    """Series of a job in which nothing changed, for the failure and bound tests."""
+    folder = tmp_path_factory.mktemp("quiet")
+    job = simulated("gpu_fell_off_bus", folder / "local")
+    metrics = OpenMetrics()
+    dcgm_series(job, metrics, with_totals=True)
+    ib_series(job, metrics, {})
+    server = PrometheusServer(metrics.text())
+    yield server, folder / "local"
+    server.stop()
+
+
+def test_a_server_that_cannot_be_reached_is_recorded_in_coverage_and_the_diagnosis_stands(quiet_server, tmp_path):
+    _, local = quiet_server
+    closed = diagnose(local, config_for("http://127.0.0.1:9"))
+    assert verdict(closed) == verdict(diagnose(local))
+    entry, = [c for c in closed["coverage"] if c["source"] == "prometheus:"]
+    assert entry["status"] == "unreadable" and "cannot reach http://127.0.0.1:9" in entry["detail"]
+
+
+def test_a_query_the_server_refuses_names_the_server_and_its_error(quiet_server):
+    server, local = quiet_server
+    refused = diagnose(local, config_for(server.url, metrics=("not a metric",)))
+    entry, = [c for c in refused["coverage"] if c["source"] == "prometheus:"]
+    assert entry["status"] == "unreadable"
+    assert entry["detail"].startswith(f"{server.url}: HTTP 400 from /api/v1/query: ") and "parse error" in entry["detail"]
+
+
+def test_the_size_and_time_budgets_bound_the_connector(quiet_server):
+    server, local = quiet_server
+    tiny = diagnose(local, config_for(server.url, max_bytes=200))
+    entry, = [c for c in tiny["coverage"] if c["source"] == "prometheus:"]
+    assert "over the size budget" in entry["detail"]
+    spent = diagnose(local, config_for(server.url, timeout=0.0))
+    entry, = [c for c in spent["coverage"] if c["source"] == "prometheus:"]
+    assert entry["status"] == "unreadable" and "time budget" in entry["detail"]
+
+
+def test_the_series_cap_is_reported_as_truncated(tmp_path):
+    job = simulated("gpu_fell_off_bus", tmp_path / "local")
+    metrics = OpenMetrics()
+    dcgm_series(job, metrics, with_totals=True)
+    server = PrometheusServer(metrics.text())
+    try:
+        capped = diagnose(tmp_path / "local", config_for(server.url, max_series=1))
+    finally:
+        server.stop()
+    statuses = {c["status"] for c in capped["coverage"] if c["source"].startswith("prometheus:")}
+    assert statuses == {"truncated"}
+    assert any("more than 1 changed series" in c["detail"] for c in capped["coverage"])
+
+
+def test_a_quiet_job_reads_every_node_as_empty(quiet_server):
+    server, local = quiet_server
+    quiet = diagnose(local, config_for(server.url))
+    entries = [c for c in quiet["coverage"] if c["source"].startswith("prometheus:")]
+    # the fixture's job had an Xid on one node: that node is ok, the other three empty
+    assert sorted(c["status"] for c in entries) == ["empty", "empty", "empty", "ok"]
+
+
+def test_sattrib_analyze_reads_the_configured_server_and_is_deterministic(quiet_server, tmp_path):
+    server, local = quiet_server
+    config = tmp_path / "config.yaml"
+    config.write_text(f"prometheus:\n  url: {server.url}\n  timeout: 20\n", encoding="utf-8")
+    env = {"SATTRIB_CONFIG": str(config), "PATH": "/usr/bin:/bin"}
+    runs = [subprocess.run([*sattrib_argv(), "analyze", str(local)], capture_output=True, text=True, env=env, timeout=60)
+            for _ in range(2)]
+    assert runs[0].returncode == 0, runs[0].stderr
+    assert runs[0].stdout == runs[1].stdout
+    sources = {e["source"] for e in json.loads(runs[0].stdout)["evidence"]}
+    assert any(s.startswith("prometheus:") for s in sources)
+    off = subprocess.run([*sattrib_argv(), "analyze", "--no-connectors", str(local)], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert not any(e["source"].startswith("prometheus:") for e in json.loads(off.stdout)["evidence"])
+
+
+def test_a_job_without_a_window_is_skipped_not_queried(tmp_path):
+    (tmp_path / "job" / "node1").mkdir(parents=True)
+    (tmp_path / "job" / "node1" / "dmesg.txt").write_text("[ 1.0] hello\n", encoding="utf-8")
+    skipped = diagnose(tmp_path / "job", config_for("http://127.0.0.1:9"))
+    entry, = [c for c in skipped["coverage"] if c["source"] == "prometheus:"]
+    assert entry["status"] == "skipped" and "start and end" in entry["detail"]
+
+
+def test_connector_settings_are_checked(tmp_path):
+    from slurm_attrib.config import ConfigError, load_config
+
+    path = tmp_path / "config.yaml"
+    for text, message in [
+        ("prometheus: {url: ftp://x}\n", "prometheus url must start with http:// or https://"),
+        ("prometheus: {url: http://x, colour: red}\n", "prometheus: unknown key(s) colour"),
+        ("prometheus: {url: http://x, node_suffix: '('}\n", "node_suffix is not a valid regex"),
+        ("loki: {url: http://x}\n", "loki needs at least one entry in streams"),
+        ("loki: {url: http://x, streams: [{name: k, kind: dmesg, selector: '{a=\"b\"}'}]}\n", "kind must be kernel, syslog or app"),
+        ("loki: {url: http://x, streams: [{name: k, kind: kernel, selector: 'a=b'}]}\n", "must be a LogQL stream selector"),
+    ]:
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_config(path)
+    assert replace(Config(), prometheus=PrometheusConfig()).prometheus.url == ""
