@@ -1,0 +1,155 @@
+"""The Loki connector: a simulated job whose kernel and syslog lines live only in Loki (pushed
+through the push API) gives the diagnosis its local files give.  The server is a stand-in for
+Loki's HTTP API (loki_standin.py says why Grafana Loki itself cannot run here)."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+import pytest
+from connector_support import cause_lines, diagnose, simulated, verdict
+from loki_standin import LokiStandIn
+
+from slurm_attrib.config import Config, LokiConfig, LokiStream
+
+STREAMS = (
+    LokiStream(name="kernel", kind="kernel", selector='{job="systemd-journal", transport="kernel"}'),
+    LokiStream(name="journal", kind="syslog", selector='{job="systemd-journal", transport!="kernel"}',
+               program_label="syslog_identifier"),
+)
+
+
+def push_job(server: LokiStandIn, job) -> int:
+    """What promtail's journal scrape would have sent for the job's nodes: bare messages with their
+    journal time and labels; kernel messages under transport=kernel.  -> entries pushed."""
+    streams = []
+    for node in job.nodes:
+        horizon = min(node.cut if node.cut is not None else float("inf"), job.end + 45)
+        kernel = [[str(int((t + node.skew) * 1e9)), m] for t, _, m in sorted(job.kernel[node.host]) if t <= horizon]
+        streams.append({"stream": {"job": "systemd-journal", "transport": "kernel", "host": node.host}, "values": kernel})
+        by_program: dict[str, list] = {}
+        for t, _, program, message in sorted(job.syslog[node.host]):
+            if program != "kernel" and node.boot + 30 <= t <= horizon:
+                name = re.sub(r"\[\d+\]$", "", program)
+                by_program.setdefault(name, []).append([str(int((t + node.skew) * 1e9)), message])
+        for name, values in sorted(by_program.items()):
+            streams.append({"stream": {"job": "systemd-journal", "transport": "syslog", "host": node.host,
+                                       "syslog_identifier": name}, "values": values})
+    body = json.dumps({"streams": streams}).encode()
+    request = urllib.request.Request(server.url + "/loki/api/v1/push", data=body, method="POST",
+                                     headers={"Content-Type": "application/json", **({"X-Scope-OrgID": server.tenant} if server.tenant else {})})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 204
+    return sum(len(s["values"]) for s in streams)
+
+
+def remove_node_logs(job_dir: Path) -> None:
+    """Only the job's own output stays local."""
+    for folder in [p for p in job_dir.iterdir() if p.is_dir()]:
+        for path in folder.iterdir():
+            path.unlink()
+
+
+def config_for(server: LokiStandIn, **settings) -> Config:
+    return Config(loki=LokiConfig(url=server.url, streams=STREAMS, **settings))
+
+
+@pytest.fixture
+def loki():
+    server = LokiStandIn()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("scenario", ["gpu_fell_off_bus", "gpu_firmware", "link_down", "pcie_error", "kernel_fault", "host_hardware_other"])
+def test_a_job_whose_node_logs_live_only_in_loki_gives_the_local_diagnosis(tmp_path, loki, scenario):
+    job = simulated(scenario, tmp_path / "job")
+    local = diagnose(tmp_path / "job")
+    assert push_job(loki, job) > 0
+    remove_node_logs(tmp_path / "job")
+    assert verdict(diagnose(tmp_path / "job")) != verdict(local)  # the node logs were what made it
+    remote = diagnose(tmp_path / "job", config_for(loki))
+    assert verdict(remote) == verdict(local)
+    causes = [e for e in cause_lines(remote) if e["source"].startswith("loki:")]
+    assert causes and causes[0]["node"] in local["culprit_nodes"]
+    # the line's Loki time, not a clock of the analysis: the same second as the local line
+    local_times = {(e["rule"], e["time"][:19]) for e in cause_lines(local)}
+    assert {(e["rule"], e["time"][:19]) for e in causes} <= local_times
+    # one query per stream for all nodes, through the node label
+    assert len(loki.queries) == len(STREAMS)
+    assert all('host=~`(?:' in q["query"] for q in loki.queries)
+
+
+def test_pages_are_followed_and_the_line_cap_keeps_the_newest(tmp_path, loki):
+    job = simulated("gpu_fell_off_bus", tmp_path / "job")
+    push_job(loki, job)
+    remove_node_logs(tmp_path / "job")
+    whole = diagnose(tmp_path / "job", config_for(loki))
+    paged = diagnose(tmp_path / "job", config_for(loki, page_lines=7))
+    assert paged["evidence"] == whole["evidence"]
+    assert len(loki.queries) > 2 * len(STREAMS)
+    counts = {c["source"]: c["detail"] for c in whole["coverage"] if c["source"].startswith("loki:")}
+    capped = diagnose(tmp_path / "job", config_for(loki, max_lines=5))
+    truncated = [c for c in capped["coverage"] if c["status"] == "truncated"]
+    assert truncated and all("more than 5 lines: the oldest were not read" in c["detail"] for c in truncated)
+    assert sum(int(c["detail"].split()[0]) for c in capped["coverage"] if c["source"].startswith("loki:") and "/kernel" in c["source"]) == 5
+    assert all(detail.endswith("lines from Loki") for detail in counts.values())
+
+
+def test_a_failing_or_slow_server_is_recorded_in_coverage_and_the_diagnosis_stands(tmp_path, loki):
+    simulated("gpu_fell_off_bus", tmp_path / "job")
+    local = diagnose(tmp_path / "job")
+    loki.fail_with = 503
+    failed = diagnose(tmp_path / "job", config_for(loki))
+    assert verdict(failed) == verdict(local)
+    entry, = [c for c in failed["coverage"] if c["source"] == "loki:"]
+    assert entry["status"] == "unreadable"
+    assert entry["detail"] == f"{loki.url}: HTTP 503 from /loki/api/v1/query_range: rpc error: code = Unavailable desc = too many outstanding requests"
+    loki.fail_with, loki.delay = 0, 1.0
+    slow = diagnose(tmp_path / "job", config_for(loki, timeout=0.3))
+    entry, = [c for c in slow["coverage"] if c["source"] == "loki:"]
+    assert "no answer from /loki/api/v1/query_range within the time budget" in entry["detail"]
+
+
+def test_the_configured_headers_are_sent(tmp_path, loki):
+    loki.tenant = "hpc"
+    job = simulated("link_down", tmp_path / "job")
+    push_job(loki, job)
+    remove_node_logs(tmp_path / "job")
+    refused = diagnose(tmp_path / "job", config_for(loki))
+    assert [c["detail"] for c in refused["coverage"] if c["source"] == "loki:"] == [f"{loki.url}: HTTP 401 from /loki/api/v1/query_range: no org id"]
+    accepted = diagnose(tmp_path / "job", config_for(loki, headers=(("X-Scope-OrgID", "hpc"),)))
+    assert accepted["domain"] == "network" and not [c for c in accepted["coverage"] if c["source"] == "loki:"]
+
+
+def test_a_query_loki_refuses_is_reported_with_its_message(tmp_path, loki):
+    simulated("link_down", tmp_path / "job")
+    bad = (LokiStream(name="kernel", kind="kernel", selector='{job="x"}', pipeline="| json"),)
+    refused = diagnose(tmp_path / "job", Config(loki=LokiConfig(url=loki.url, streams=bad)))
+    entry, = [c for c in refused["coverage"] if c["source"] == "loki:"]
+    assert "HTTP 400" in entry["detail"] and "parse error" in entry["detail"]
+
+
+def test_lines_with_a_header_of_their_own_keep_it_behind_the_loki_time(tmp_path, loki):
+    """A scraped kern.log: the line carries its own syslog header, without a year or zone."""
+    job = simulated("gpu_fell_off_bus", tmp_path / "job")
+    remove_node_logs(tmp_path / "job")
+    culprit, at = None, float("inf")
+    for node in job.nodes:
+        for t, _, message in job.kernel[node.host]:
+            if "NVRM: Xid" in message:
+                culprit, at = node.host, min(at, t)
+                loki.push({"job": "varlog", "host": node.host},
+                          [(int(t * 1e9), f"Dec  2 00:00:00 {node.host} kernel: {message}")])
+    stream = (LokiStream(name="kern.log", kind="kernel", selector='{job="varlog"}'),)
+    diagnosis = diagnose(tmp_path / "job", Config(loki=LokiConfig(url=loki.url, streams=stream)))
+    assert diagnosis["culprit_nodes"] == [culprit] and diagnosis["category"] == "gpu_fell_off_bus"
+    cause = cause_lines(diagnosis)[0]
+    assert cause["source"] == f"loki:{culprit}/kern.log"
+    assert cause["text"].split(" ", 1)[1].startswith("Dec  2 00:00:00 ")
+    from slurm_attrib.engine.timefmt import unix
+
+    assert abs(unix(cause["time"]) - at) < 0.01  # the Loki time, not the header's midnight
