@@ -5,7 +5,8 @@ set -euo pipefail
 
 # python3-click and python3-yaml: a Python the non-root test user can run for `sattrib show`
 # (the project venv may live under /root, which other users cannot enter).
-# postgresql: the fleet store's second backend; prometheus: its promtool checks the metrics we write;
+# postgresql: the fleet store's second backend; prometheus: its promtool checks the metrics we write,
+# and the Prometheus connector is tested against its server (contrib/testprom);
 # chromium: the service's pages are loaded in it (headless).
 PKGS=(slurm-wlm slurmdbd slurm-client munge mariadb-server python3-click python3-yaml postgresql prometheus chromium)
 # Binaries that must exist afterwards (package -> binary sanity check).
