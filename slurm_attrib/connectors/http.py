@@ -4,11 +4,12 @@ and errors as one line (ConnectorError) that never quote a header (it may hold a
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class ConnectorError(Exception):
@@ -21,6 +22,7 @@ class Budget:
 
     deadline: float  # time.monotonic() value
     bytes_left: int
+    lock: threading.Lock = field(default_factory=threading.Lock)  # requests may run in threads
 
     @classmethod
     def start(cls, seconds: float, max_bytes: int) -> "Budget":
@@ -49,8 +51,10 @@ def get_json(base_url: str, path: str, params: dict, headers: tuple[tuple[str, s
         if isinstance(reason, TimeoutError) or "timed out" in str(reason):
             raise ConnectorError(f"no answer from {path} within the time budget") from None
         raise ConnectorError(f"cannot reach {_origin(base_url)}: {reason}") from None
-    budget.bytes_left -= len(body)
-    if budget.bytes_left < 0:
+    with budget.lock:
+        budget.bytes_left -= len(body)
+        over = budget.bytes_left < 0
+    if over:
         raise ConnectorError(f"answers over the size budget at {path}")
     try:
         data = json.loads(body)

@@ -14,6 +14,7 @@ that holds the new value: the change happened within one scrape interval before 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from slurm_attrib.connectors.http import Budget, ConnectorError, get_json, node_of, node_regex
@@ -39,6 +40,7 @@ DEFAULT_METRICS = (
     "node_infiniband_link_error_recovery_total",
     "node_infiniband_port_errors_received_total",
 )
+QUERIES_AT_ONCE = 4
 # Labels that say nothing about the device (who scraped it, where it runs), left out of the lines.
 NOISE_LABELS = frozenset({"__name__", "job", "instance", "Hostname", "exported_job", "exported_instance", "endpoint",
                           "namespace", "pod", "container", "service", "prometheus", "container_name"})
@@ -67,9 +69,12 @@ def read_changes(config, nodes: list[str], start: float, end: float) -> Promethe
     selector = f"{config.node_label}=~{node_regex(nodes, config.node_suffix)}"
     result = PrometheusResult(found)
     series_left = config.max_series
-    for metric in config.metrics or DEFAULT_METRICS:
-        changed = _query(config, f"changes({metric}{{{selector}}}[{window}s]) > 0", end, budget)
-        changed_nodes = sorted({n for s in changed if (n := _node(s, config, nodes))})
+    metrics = list(config.metrics or DEFAULT_METRICS)
+    # which series changed: one query per metric, QUERIES_AT_ONCE at a time (latency, not load)
+    with ThreadPoolExecutor(QUERIES_AT_ONCE) as pool:
+        changed = list(pool.map(lambda m: _query(config, f"changes({m}{{{selector}}}[{window}s]) > 0", end, budget), metrics))
+    for metric, series_changed in zip(metrics, changed):
+        changed_nodes = sorted({n for s in series_changed if (n := _node(s, config, nodes))})
         if not changed_nodes:
             continue
         if series_left <= 0:

@@ -5,13 +5,16 @@ by name.)"""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import urllib.request
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from slurm_attrib.config import LokiStream
 from slurm_attrib.simulate.job import Job
 from slurm_attrib.simulate.scenarios import SCENARIOS
 
@@ -124,3 +127,80 @@ def step_samples(times: list[float], changes: list[tuple[float, float]], initial
                 value = v
         out.append((at, value))
     return out
+
+
+# -- what the exporters and the log shipper would have held for a simulated job --------------------
+
+XID = re.compile(r"NVRM: Xid \(PCI:(?P<bus>[0-9a-f:]+)\): (?P<xid>\d+),")
+UUID = re.compile(r"NVRM: GPU at PCI:(?P<bus>[0-9a-f:]+): (?P<uuid>GPU-[0-9a-f-]+)")
+
+
+def dcgm_series(job, metrics: OpenMetrics, with_totals: bool) -> None:
+    """What dcgm-exporter would have exposed for the job's GPUs: the last-value Xid gauge and,
+    from newer exporters, a counter per Xid; every GPU of every node, scraped every 15 s."""
+    times = scrapes(job.start - 600, job.end + 600)
+    for node in job.nodes:
+        xids = [(t, m["bus"], int(m["xid"])) for t, _, msg in job.kernel[node.host] if (m := XID.search(msg))]
+        uuids = {m["bus"]: m["uuid"] for _, _, msg in job.kernel[node.host] if (m := UUID.search(msg))}
+        for index in range(job.rpn):
+            bus = job.gpu_bus(index)
+            labels = {"gpu": str(index), "UUID": uuids.get(bus, f"GPU-{node.index:08x}-0000-0000-0000-{index:012x}"),
+                      "pci_bus_id": f"0000{bus.upper()}.0", "device": f"nvidia{index}",
+                      "modelName": "NVIDIA H100 80GB HBM3", "Hostname": node.host,
+                      "instance": f"{node.host}:9400", "job": "dcgm"}
+            mine = [(t, x) for t, b, x in xids if b == bus]
+            metrics.series("DCGM_FI_DEV_XID_ERRORS", "gauge", labels, step_samples(times, mine))
+            for code in sorted({x for _, x in mine}) if with_totals else []:
+                counts = [(t, sum(1 for u, x in mine if x == code and u <= t)) for t, _ in mine]
+                metrics.series("DCGM_EXP_XID_ERRORS_TOTAL", "counter", {**labels, "xid": str(code)},
+                               step_samples(times, counts))
+
+
+def ib_series(job, metrics: OpenMetrics, down: dict[str, tuple[float, float]]) -> None:
+    """node_exporter's infiniband collector on every node: port mlx5_0/1 ACTIVE; a node in `down`
+    loses the link at t0 (link_downed +1, state DOWN) and gets it back at t1."""
+    times = scrapes(job.start - 600, job.end + 600)
+    for node in job.nodes:
+        labels = {"device": "mlx5_0", "port": "1", "instance": f"{node.host}:9100", "job": "node"}
+        t0, t1 = down.get(node.host, (float("inf"), float("inf")))
+        metrics.series("node_infiniband_link_downed_total", "counter", labels, step_samples(times, [(t0, 1)], 0))
+        metrics.series("node_infiniband_state_id", "gauge", labels, step_samples(times, [(t0, 1), (t1, 4)], 4))
+        metrics.series("node_infiniband_physical_state_id", "gauge", labels, step_samples(times, [(t0, 2), (t1, 5)], 5))
+
+
+STREAMS = (
+    LokiStream(name="kernel", kind="kernel", selector='{job="systemd-journal", transport="kernel"}'),
+    LokiStream(name="journal", kind="syslog", selector='{job="systemd-journal", transport!="kernel"}',
+               program_label="syslog_identifier"),
+)
+
+
+def push_job(server: LokiStandIn, job) -> int:
+    """What promtail's journal scrape would have sent for the job's nodes: bare messages with their
+    journal time and labels; kernel messages under transport=kernel.  -> entries pushed."""
+    streams = []
+    for node in job.nodes:
+        horizon = min(node.cut if node.cut is not None else float("inf"), job.end + 45)
+        kernel = [[str(int((t + node.skew) * 1e9)), m] for t, _, m in sorted(job.kernel[node.host]) if t <= horizon]
+        streams.append({"stream": {"job": "systemd-journal", "transport": "kernel", "host": node.host}, "values": kernel})
+        by_program: dict[str, list] = {}
+        for t, _, program, message in sorted(job.syslog[node.host]):
+            if program != "kernel" and node.boot + 30 <= t <= horizon:
+                name = re.sub(r"\[\d+\]$", "", program)
+                by_program.setdefault(name, []).append([str(int((t + node.skew) * 1e9)), message])
+        for name, values in sorted(by_program.items()):
+            streams.append({"stream": {"job": "systemd-journal", "transport": "syslog", "host": node.host,
+                                       "syslog_identifier": name}, "values": values})
+    body = json.dumps({"streams": streams}).encode()
+    request = urllib.request.Request(server.url + "/loki/api/v1/push", data=body, method="POST",
+                                     headers={"Content-Type": "application/json", **({"X-Scope-OrgID": server.tenant} if server.tenant else {})})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 204
+    return sum(len(s["values"]) for s in streams)
+
+
+def remove_node_logs(job_dir: Path) -> None:
+    """Only the job's own output stays local."""
+    for folder in [p for p in job_dir.iterdir() if p.is_dir()]:
+        for path in folder.iterdir():
+            path.unlink()

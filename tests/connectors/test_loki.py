@@ -4,53 +4,12 @@ Loki's HTTP API (loki_standin.py says why Grafana Loki itself cannot run here)."
 
 from __future__ import annotations
 
-import json
-import re
-import urllib.request
-from pathlib import Path
 
 import pytest
-from connector_support import cause_lines, diagnose, simulated, verdict
+from connector_support import STREAMS, cause_lines, diagnose, push_job, remove_node_logs, simulated, verdict
 from loki_standin import LokiStandIn
 
 from slurm_attrib.config import Config, LokiConfig, LokiStream
-
-STREAMS = (
-    LokiStream(name="kernel", kind="kernel", selector='{job="systemd-journal", transport="kernel"}'),
-    LokiStream(name="journal", kind="syslog", selector='{job="systemd-journal", transport!="kernel"}',
-               program_label="syslog_identifier"),
-)
-
-
-def push_job(server: LokiStandIn, job) -> int:
-    """What promtail's journal scrape would have sent for the job's nodes: bare messages with their
-    journal time and labels; kernel messages under transport=kernel.  -> entries pushed."""
-    streams = []
-    for node in job.nodes:
-        horizon = min(node.cut if node.cut is not None else float("inf"), job.end + 45)
-        kernel = [[str(int((t + node.skew) * 1e9)), m] for t, _, m in sorted(job.kernel[node.host]) if t <= horizon]
-        streams.append({"stream": {"job": "systemd-journal", "transport": "kernel", "host": node.host}, "values": kernel})
-        by_program: dict[str, list] = {}
-        for t, _, program, message in sorted(job.syslog[node.host]):
-            if program != "kernel" and node.boot + 30 <= t <= horizon:
-                name = re.sub(r"\[\d+\]$", "", program)
-                by_program.setdefault(name, []).append([str(int((t + node.skew) * 1e9)), message])
-        for name, values in sorted(by_program.items()):
-            streams.append({"stream": {"job": "systemd-journal", "transport": "syslog", "host": node.host,
-                                       "syslog_identifier": name}, "values": values})
-    body = json.dumps({"streams": streams}).encode()
-    request = urllib.request.Request(server.url + "/loki/api/v1/push", data=body, method="POST",
-                                     headers={"Content-Type": "application/json", **({"X-Scope-OrgID": server.tenant} if server.tenant else {})})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 204
-    return sum(len(s["values"]) for s in streams)
-
-
-def remove_node_logs(job_dir: Path) -> None:
-    """Only the job's own output stays local."""
-    for folder in [p for p in job_dir.iterdir() if p.is_dir()]:
-        for path in folder.iterdir():
-            path.unlink()
 
 
 def config_for(server: LokiStandIn, **settings) -> Config:

@@ -12,47 +12,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from connector_support import (OpenMetrics, PrometheusServer, cause_lines, diagnose, drop_lines, scrapes, simulated,
-                               step_samples, verdict)
+from connector_support import (OpenMetrics, PrometheusServer, cause_lines, dcgm_series, diagnose, drop_lines, ib_series,
+                               simulated, verdict)
 
 from slurm_attrib.config import Config, PrometheusConfig
 from support import sattrib_argv
-
-XID = re.compile(r"NVRM: Xid \(PCI:(?P<bus>[0-9a-f:]+)\): (?P<xid>\d+),")
-UUID = re.compile(r"NVRM: GPU at PCI:(?P<bus>[0-9a-f:]+): (?P<uuid>GPU-[0-9a-f-]+)")
-
-
-def dcgm_series(job, metrics: OpenMetrics, with_totals: bool) -> None:
-    """What dcgm-exporter would have exposed for the job's GPUs: the last-value Xid gauge and,
-    from newer exporters, a counter per Xid; every GPU of every node, scraped every 15 s."""
-    times = scrapes(job.start - 600, job.end + 600)
-    for node in job.nodes:
-        xids = [(t, m["bus"], int(m["xid"])) for t, _, msg in job.kernel[node.host] if (m := XID.search(msg))]
-        uuids = {m["bus"]: m["uuid"] for _, _, msg in job.kernel[node.host] if (m := UUID.search(msg))}
-        for index in range(job.rpn):
-            bus = job.gpu_bus(index)
-            labels = {"gpu": str(index), "UUID": uuids.get(bus, f"GPU-{node.index:08x}-0000-0000-0000-{index:012x}"),
-                      "pci_bus_id": f"0000{bus.upper()}.0", "device": f"nvidia{index}",
-                      "modelName": "NVIDIA H100 80GB HBM3", "Hostname": node.host,
-                      "instance": f"{node.host}:9400", "job": "dcgm"}
-            mine = [(t, x) for t, b, x in xids if b == bus]
-            metrics.series("DCGM_FI_DEV_XID_ERRORS", "gauge", labels, step_samples(times, mine))
-            for code in sorted({x for _, x in mine}) if with_totals else []:
-                counts = [(t, sum(1 for u, x in mine if x == code and u <= t)) for t, _ in mine]
-                metrics.series("DCGM_EXP_XID_ERRORS_TOTAL", "counter", {**labels, "xid": str(code)},
-                               step_samples(times, counts))
-
-
-def ib_series(job, metrics: OpenMetrics, down: dict[str, tuple[float, float]]) -> None:
-    """node_exporter's infiniband collector on every node: port mlx5_0/1 ACTIVE; a node in `down`
-    loses the link at t0 (link_downed +1, state DOWN) and gets it back at t1."""
-    times = scrapes(job.start - 600, job.end + 600)
-    for node in job.nodes:
-        labels = {"device": "mlx5_0", "port": "1", "instance": f"{node.host}:9100", "job": "node"}
-        t0, t1 = down.get(node.host, (float("inf"), float("inf")))
-        metrics.series("node_infiniband_link_downed_total", "counter", labels, step_samples(times, [(t0, 1)], 0))
-        metrics.series("node_infiniband_state_id", "gauge", labels, step_samples(times, [(t0, 1), (t1, 4)], 4))
-        metrics.series("node_infiniband_physical_state_id", "gauge", labels, step_samples(times, [(t0, 2), (t1, 5)], 5))
 
 
 def config_for(url: str, **settings) -> Config:
