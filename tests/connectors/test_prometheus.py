@@ -194,3 +194,23 @@ def test_connector_settings_are_checked(tmp_path):
         with pytest.raises(ConfigError, match=re.escape(message)):
             load_config(path)
     assert replace(Config(), prometheus=PrometheusConfig()).prometheus.url == ""
+
+
+def test_sattrib_batch_reads_the_connectors_in_its_workers(tmp_path):
+    from slurm_attrib.fleet.batch import find_jobs, run_batch
+    from slurm_attrib.store import Store
+
+    job = simulated("gpu_nvlink", tmp_path / "local")
+    metrics_only_copy(tmp_path / "local", tmp_path / "spool" / "77", "NVRM: Xid")
+    metrics = OpenMetrics()
+    dcgm_series(job, metrics, with_totals=True)
+    server = PrometheusServer(metrics.text())
+    try:
+        jobs, problems = find_jobs([tmp_path / "spool"])
+        config = replace(config_for(server.url), results=str(tmp_path / "results"))
+        summary = run_batch(jobs, Store(config.results), config, workers=2)
+    finally:
+        server.stop()
+    assert not problems and summary.count("analysed") == 1
+    row, = Store(config.results).rows()
+    assert (row.domain, row.category) == ("gpu", "gpu_nvlink")
