@@ -1,8 +1,8 @@
 """Prometheus as an evidence source: DCGM and node_exporter series of the job's nodes and window.
 
 For each metric, one instant query asks which of the job's series changed in the window
-(`changes(M{node}[W]) > 0` at the window's end); the raw samples of the nodes that have such a
-series are then read (`M{node}[W]`) and every change becomes one timed line, e.g.
+(`changes(M{node}[W]) > 0` at the window's end); the raw samples of exactly those series are then
+read (`M{<their labels>}[W]`) and every change becomes one timed line, e.g.
 
     2026-12-02T13:04:15.000000+00:00 DCGM_FI_DEV_XID_ERRORS{UUID="GPU-…",gpu="3",pci_bus_id="00000000:3B:00.0"} 0 -> 79 (+79)
     2026-12-02T13:05:00.000000+00:00 node_infiniband_link_downed_total{device="mlx5_2",port="1"} 3 -> 4 (+1)
@@ -64,37 +64,44 @@ class PrometheusResult:
 def read_changes(config, nodes: list[str], start: float, end: float) -> PrometheusResult:
     """Every change of the configured metrics on the nodes' series in [start, end]."""
     budget = Budget.start(config.timeout, config.max_bytes)
-    found: dict[str, NodeChanges] = {n: NodeChanges() for n in nodes}
     window = max(1, int(round(end - start)))
     selector = f"{config.node_label}=~{node_regex(nodes, config.node_suffix)}"
-    result = PrometheusResult(found)
-    series_left = config.max_series
     metrics = list(config.metrics or DEFAULT_METRICS)
-    # which series changed: one query per metric, QUERIES_AT_ONCE at a time (latency, not load)
+    result = PrometheusResult({n: NodeChanges() for n in nodes})
+    # Requests run QUERIES_AT_ONCE at a time: a remote server's latency, not its load, is the cost.
     with ThreadPoolExecutor(QUERIES_AT_ONCE) as pool:
-        changed = list(pool.map(lambda m: _query(config, f"changes({m}{{{selector}}}[{window}s]) > 0", end, budget), metrics))
-    for metric, series_changed in zip(metrics, changed):
-        changed_nodes = sorted({n for s in series_changed if (n := _node(s, config, nodes))})
-        if not changed_nodes:
-            continue
-        if series_left <= 0:
-            result.truncated = f"more than {config.max_series} changed series; {metric} and later metrics not read"
-            break
-        narrow = f"{config.node_label}=~{node_regex(changed_nodes, config.node_suffix)}"
-        for series in _query(config, f"{metric}{{{narrow}}}[{window}s]", end, budget):
-            node = _node(series, config, nodes)
-            lines = _change_lines(metric, series)
-            if node is None or not lines:
-                continue
-            series_left -= 1
-            found[node].series += 1
-            found[node].lines.extend(lines)
-            labels = series.get("metric") or {}
-            if labels.get("pci_bus_id") and str(labels.get("UUID", "")).startswith("GPU-"):
-                found[node].gpus[labels["pci_bus_id"]] = labels["UUID"]
-    for changes in found.values():
+        # which series changed: one query per metric
+        changed = pool.map(lambda m: _query(config, f"changes({m}{{{selector}}}[{window}s]) > 0", end, budget), metrics)
+        wanted = [(m, s["metric"]) for m, found in zip(metrics, changed) for s in found
+                  if isinstance(s.get("metric"), dict) and _node(s, config, nodes)]
+        if len(wanted) > config.max_series:
+            result.truncated = f"more than {config.max_series} changed series; {len(wanted) - config.max_series} not read"
+            wanted = wanted[: config.max_series]
+        # the raw samples of exactly those series
+        samples = pool.map(lambda item: _query(config, f"{item[0]}{_exact(item[1])}[{window}s]", end, budget), wanted)
+        for (metric, _), found in zip(wanted, samples):
+            for series in found:
+                _add_series(result.nodes, metric, series, config, nodes)
+    for changes in result.nodes.values():
         changes.lines.sort()
     return result
+
+
+def _exact(labels: dict) -> str:
+    """A selector matching exactly this label set (the metric name comes before it)."""
+    return "{" + ",".join(f'{k}="{_quoted(v)}"' for k, v in sorted(labels.items()) if k != "__name__") + "}"
+
+
+def _add_series(found: dict[str, NodeChanges], metric: str, series: dict, config, nodes: list[str]) -> None:
+    node = _node(series, config, nodes)
+    lines = _change_lines(metric, series)
+    if node is None or not lines:
+        return
+    found[node].series += 1
+    found[node].lines.extend(lines)
+    labels = series.get("metric") or {}
+    if labels.get("pci_bus_id") and str(labels.get("UUID", "")).startswith("GPU-"):
+        found[node].gpus[labels["pci_bus_id"]] = labels["UUID"]
 
 
 def _query(config, expr: str, at: float, budget: Budget) -> list[dict]:
@@ -130,7 +137,7 @@ def _change_lines(metric: str, series: dict) -> list[tuple[float, str]]:
 
 
 def _quoted(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _number(value: float) -> str:
