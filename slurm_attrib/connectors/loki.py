@@ -21,6 +21,7 @@ from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.ingest.timestamps import parse_line_time
 
 NS = 1_000_000_000
+MAX_LINE = 4096  # characters kept of one entry, as the epilog keeps of a line (capture.sources.MAX_LINE_KEEP)
 
 
 @dataclass
@@ -111,7 +112,7 @@ def render(node: str, kind: str, lines: StreamLines) -> bytes:
     """The node's entries, oldest first, as lines stamped with their Loki time."""
     out = []
     for ns, program, line in sorted(lines.entries):
-        line = " ".join(line.splitlines())
+        line = " ".join(line[:MAX_LINE].splitlines())
         stamp = iso(ns / NS)
         if kind == "app" or _has_own_time(line):
             out.append(f"{stamp} {line}")  # job output, or a line with a header of its own (a scraped file)

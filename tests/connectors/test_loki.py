@@ -112,3 +112,26 @@ def test_lines_with_a_header_of_their_own_keep_it_behind_the_loki_time(tmp_path,
     from slurm_attrib.engine.timefmt import unix
 
     assert abs(unix(cause["time"]) - at) < 0.01  # the Loki time, not the header's midnight
+
+
+def test_hostile_entries_are_cut_and_kept_on_one_line(tmp_path, loki):
+    """A megabyte entry, embedded newlines, binary bytes: each stays one line of bounded length."""
+    job = simulated("gpu_fell_off_bus", tmp_path / "job")
+    local = diagnose(tmp_path / "job")
+    push_job(loki, job)
+    remove_node_logs(tmp_path / "job")
+    host = job.nodes[0].host
+    at = int((job.start + 60) * 1e9)
+    loki.push({"job": "systemd-journal", "transport": "kernel", "host": host},
+              [(at, "x" * 1_000_000), (at + 1, "first\nsecond line of one entry"),
+               (at + 2, "\x00\x01\xff\ufffd binary")])
+    assert verdict(diagnose(tmp_path / "job", config_for(loki))) == verdict(local)
+    from slurm_attrib.connectors import gather
+    from slurm_attrib.engine.pipeline import load_any
+
+    evidence = load_any(tmp_path / "job")
+    gather(evidence, config_for(loki))
+    kernel = next(f for f in evidence.files if f.rel == f"loki:{host}/kernel").data.decode()
+    lines = kernel.splitlines()
+    assert max(len(line) for line in lines) < 4200
+    assert any(line.endswith(f"{host} kernel: first second line of one entry") for line in lines)
