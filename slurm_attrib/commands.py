@@ -418,6 +418,27 @@ def serve(host: str, port: int) -> None:
     uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=False)
 
 
+@click.command("connectors")
+@click.option("--node", "nodes", multiple=True, required=True, help="A node to look for (repeatable).")
+@click.option("--since", default="1h", show_default=True, help="How far back: 30m, 12h, 2d.")
+def connectors(nodes: tuple[str, ...], since: str) -> None:
+    """Check the Loki and Prometheus connectors of the config: read what each holds for the
+    nodes over the last --since, as for a job that ran there then, and print one line per source
+    (status and what was read).  Exit 1 when a server could not be read."""
+    from slurm_attrib.connectors import configured, probe
+    from slurm_attrib.fleet.report import parse_days
+
+    config = _config()
+    if not configured(config):
+        raise SattribError("no connector configured: set loki.url or prometheus.url in the config")
+    now = time.time()
+    entries = probe(config, list(_comma_list(nodes)), now - parse_days(since) * 86400, now)
+    for entry in entries:
+        click.echo(f"{entry.source:<32} {entry.status:<10} {entry.detail}")
+    if any(e.status == "unreadable" for e in entries):
+        sys.exit(1)
+
+
 def register(main: click.Group) -> None:
-    for command in (show, report, drain, undrain, analyze_job, batch, metrics, webhooks, serve):
+    for command in (show, report, drain, undrain, analyze_job, batch, metrics, webhooks, serve, connectors):
         main.add_command(command)

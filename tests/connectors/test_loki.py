@@ -135,3 +135,32 @@ def test_hostile_entries_are_cut_and_kept_on_one_line(tmp_path, loki):
     lines = kernel.splitlines()
     assert max(len(line) for line in lines) < 4200
     assert any(line.endswith(f"{host} kernel: first second line of one entry") for line in lines)
+
+
+def test_sattrib_connectors_shows_what_each_server_holds_for_a_node(tmp_path, loki):
+    import os
+    import subprocess
+    import time
+
+    from support import sattrib_argv
+
+    now = time.time()
+    loki.push({"job": "systemd-journal", "transport": "kernel", "host": "dgx007"},
+              [(int((now - 120) * 1e9), "mlx5_core 0000:0c:00.0: Port module event: module 0, Cable plugged"),
+               (int((now - 60) * 1e9), "NVRM: GPU at PCI:0000:18:00: GPU-0a1b2c3d-0000-1111-2222-333344445555")])
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"loki:\n  url: {loki.url}\n  streams:\n"
+        "    - {name: kernel, kind: kernel, selector: '{job=\"systemd-journal\", transport=\"kernel\"}'}\n"
+        "prometheus: {url: 'http://127.0.0.1:9'}\n", encoding="utf-8")
+    env = {**os.environ, "SATTRIB_CONFIG": str(config)}
+    run = subprocess.run([*sattrib_argv(), "connectors", "--node", "dgx007", "--since", "10m"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    lines = run.stdout.splitlines()
+    assert run.returncode == 1, run.stderr  # Prometheus could not be read
+    assert any(line.split()[:3] == ["loki:dgx007/kernel", "ok", "2"] for line in lines), lines
+    assert any(line.startswith("prometheus:") and "unreadable" in line and "cannot reach" in line for line in lines), lines
+    config.write_text("results: /tmp\n", encoding="utf-8")
+    none = subprocess.run([*sattrib_argv(), "connectors", "--node", "dgx007"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert none.returncode == 2 and "no connector configured" in none.stderr
