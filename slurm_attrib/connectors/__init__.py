@@ -93,8 +93,9 @@ def _add_prometheus(evidence: Evidence, settings, nodes: list[str], start: float
         changes = result.nodes[node]
         rel = f"prometheus:{node}"
         data = "".join(line + "\n" for _, line in changes.lines).encode("utf-8", "replace")
-        status = "truncated" if result.truncated else ("ok" if data else "empty")
-        detail = f"{len(changes.lines)} changes in {changes.series} series" + (f"; {result.truncated}" if result.truncated else "")
+        status = "truncated" if result.truncated else "ok"  # no change is an answer, not a gap
+        detail = (f"{len(changes.lines)} changes in {changes.series} series" if changes.lines else "no series changed") + (
+            f"; {result.truncated}" if result.truncated else "")
         evidence.coverage.append(CoverageEntry(node, rel, "metrics", status, detail))
         if data:
             evidence.files.append(SourceFile(rel=rel, node=node, kind="metrics", trusted=True, data=data))

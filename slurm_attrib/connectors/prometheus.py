@@ -4,8 +4,8 @@ For each metric, one instant query asks which of the job's series changed in the
 (`changes(M{node}[W]) > 0` at the window's end); the raw samples of exactly those series are then
 read (`M{<their labels>}[W]`) and every change becomes one timed line, e.g.
 
-    2026-12-02T13:04:15.000000+00:00 DCGM_FI_DEV_XID_ERRORS{UUID="GPU-…",gpu="3",pci_bus_id="00000000:3B:00.0"} 0 -> 79 (+79)
-    2026-12-02T13:05:00.000000+00:00 node_infiniband_link_downed_total{device="mlx5_2",port="1"} 3 -> 4 (+1)
+    2026-12-02T13:04:15.000Z DCGM_FI_DEV_XID_ERRORS 0 -> 79 (+79) {UUID="GPU-…",gpu="3",pci_bus_id="00000000:3B:00.0"}
+    2026-12-02T13:05:00.000Z node_infiniband_link_downed_total 3 -> 4 (+1) {device="mlx5_2",port="1"}
 
 in the source `prometheus:<node>` of kind `metrics`.  What a change means (an Xid, a port down)
 is the rules' business (rules/metrics.yaml), as for any other line.  The time is the first sample
@@ -42,7 +42,7 @@ DEFAULT_METRICS = (
 )
 QUERIES_AT_ONCE = 4
 # Labels that say nothing about the device (who scraped it, where it runs), left out of the lines.
-NOISE_LABELS = frozenset({"__name__", "job", "instance", "Hostname", "exported_job", "exported_instance", "endpoint",
+NOISE_LABELS = frozenset({"__name__", "job", "instance", "Hostname", "modelName", "exported_job", "exported_instance", "endpoint",
                           "namespace", "pod", "container", "service", "prometheus", "container_name"})
 
 
@@ -131,7 +131,8 @@ def _change_lines(metric: str, series: dict) -> list[tuple[float, str]]:
         except (TypeError, ValueError, IndexError):
             continue
         if previous is not None and value != previous:
-            out.append((at, f"{iso(at)} {metric}{{{shown}}} {_number(previous)} -> {_number(value)} ({_delta(value - previous)})"))
+            change = f"{_number(previous)} -> {_number(value)} ({_delta(value - previous)})"
+            out.append((at, f"{iso(at)} {metric} {change} {{{shown}}}"))
         previous = value
     return out
 
