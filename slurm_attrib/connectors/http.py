@@ -32,15 +32,21 @@ class Budget:
         return self.deadline - time.monotonic()
 
 
-def get_json(base_url: str, path: str, params: dict, headers: tuple[tuple[str, str], ...], budget: Budget) -> dict:
-    """GET base_url + path with the query params; the decoded JSON object."""
+def get_json(base_url: str, path: str, params: dict, headers: tuple[tuple[str, str], ...], budget: Budget,
+             post: bool = False) -> dict:
+    """GET base_url + path with the query params (or POST them form-encoded: a long query stays
+    out of the URL, whose length servers limit); the decoded JSON object."""
     remaining = budget.seconds_left()
     if remaining <= 0:
         raise ConnectorError("time budget spent")
     if budget.bytes_left <= 0:
         raise ConnectorError("size budget spent")
-    url = base_url.rstrip("/") + path + "?" + urllib.parse.urlencode(params)
-    request = urllib.request.Request(url, headers={"Accept": "application/json", **dict(headers)})
+    url = base_url.rstrip("/") + path
+    form = urllib.parse.urlencode(params)
+    request = urllib.request.Request(
+        url if post else f"{url}?{form}", data=form.encode() if post else None,
+        headers={"Accept": "application/json", **({"Content-Type": "application/x-www-form-urlencoded"} if post else {}),
+                 **dict(headers)})
     try:
         with urllib.request.urlopen(request, timeout=remaining) as response:  # noqa: S310 - http(s) checked by config
             body = response.read(budget.bytes_left + 1)

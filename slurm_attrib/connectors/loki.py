@@ -21,6 +21,7 @@ from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.ingest.timestamps import parse_line_time
 
 NS = 1_000_000_000
+NODES_PER_QUERY = 200  # ~2 KB of node names: the query stays well inside servers' URL limits
 MAX_LINE = 4096  # characters kept of one entry, as the epilog keeps of a line (capture.sources.MAX_LINE_KEEP)
 
 
@@ -38,13 +39,20 @@ class LokiResult:
 
 
 def read_streams(config, nodes: list[str], start: float, end: float) -> LokiResult:
+    """Each stream for all nodes, NODES_PER_QUERY nodes a query (the query goes in the URL); a
+    stream's max_lines shared evenly by the queries."""
     budget = Budget.start(config.timeout, config.max_bytes)
     result = LokiResult({})
+    groups = [nodes[i: i + NODES_PER_QUERY] for i in range(0, len(nodes), NODES_PER_QUERY)]
+    share = max(1, config.max_lines // max(1, len(groups)))
     for stream in config.streams:
-        per_node, why = _read_stream(config, stream, nodes, start, end, budget)
+        per_node: dict[str, StreamLines] = {}
+        for group in groups:
+            found, why = _read_stream(config, stream, group, start, end, budget, share)
+            per_node.update(found)
+            if why:
+                result.truncated[stream.name] = why
         result.streams[stream.name] = per_node
-        if why:
-            result.truncated[stream.name] = why
     return result
 
 
@@ -54,7 +62,7 @@ def _query(config, stream, nodes: list[str]) -> str:
     return "{" + (f"{inner}, " if inner else "") + matcher + "}" + (f" {stream.pipeline}" if stream.pipeline else "")
 
 
-def _read_stream(config, stream, nodes, start: float, end: float, budget: Budget):
+def _read_stream(config, stream, nodes, start: float, end: float, budget: Budget, max_lines: int):
     """Pages newest first: each next page ends where the last one's oldest entry was (Loki's end
     is exclusive), so an entry shared by two pages is dropped by the seen-set."""
     query = _query(config, stream, nodes)
@@ -75,8 +83,8 @@ def _read_stream(config, stream, nodes, start: float, end: float, budget: Budget
             if key in seen:
                 continue
             seen.add(key)
-            if kept >= config.max_lines:
-                return per_node, f"more than {config.max_lines} lines: the oldest were not read"
+            if kept >= max_lines:
+                return per_node, f"more than {max_lines} lines: the oldest were not read"
             per_node[node].entries.append((ns, program, line))
             kept += 1
         if len(entries) < config.page_lines or oldest <= begin:

@@ -105,7 +105,7 @@ def _add_series(found: dict[str, NodeChanges], metric: str, series: dict, config
 
 
 def _query(config, expr: str, at: float, budget: Budget) -> list[dict]:
-    data = get_json(config.url, "/api/v1/query", {"query": expr, "time": f"{at:.3f}"}, config.headers, budget)
+    data = get_json(config.url, "/api/v1/query", {"query": expr, "time": f"{at:.3f}"}, config.headers, budget, post=True)
     if data.get("status") != "success":
         raise ConnectorError(f"query failed: {data.get('errorType', '')} {data.get('error', '')}".strip())
     body = data.get("data") or {}

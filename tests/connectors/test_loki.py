@@ -164,3 +164,17 @@ def test_sattrib_connectors_shows_what_each_server_holds_for_a_node(tmp_path, lo
     none = subprocess.run([*sattrib_argv(), "connectors", "--node", "dgx007"], capture_output=True, text=True, env=env,
                           timeout=60)
     assert none.returncode == 2 and "no connector configured" in none.stderr
+
+
+def test_a_large_job_is_read_in_queries_of_bounded_length(loki):
+    from slurm_attrib.connectors.loki import NODES_PER_QUERY, read_streams
+
+    nodes = [f"node{i:04d}" for i in range(2 * NODES_PER_QUERY + 10)]
+    for node in (nodes[0], nodes[NODES_PER_QUERY + 3], nodes[-1]):
+        loki.push({"job": "systemd-journal", "transport": "kernel", "host": node}, [(1_000_000_000_000, f"hello from {node}")])
+    result = read_streams(LokiConfig(url=loki.url, streams=STREAMS), nodes, 900.0, 1100.0)
+    assert len(loki.queries) == 3 * len(STREAMS)
+    assert max(len(q["query"]) for q in loki.queries) < 3000
+    kernel = result.streams["kernel"]
+    assert sorted(n for n, lines in kernel.items() if lines.entries) == [nodes[0], nodes[NODES_PER_QUERY + 3], nodes[-1]]
+    assert set(kernel) == set(nodes)
