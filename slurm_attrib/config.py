@@ -85,7 +85,9 @@ class PrometheusConfig:
 
     url: str = ""  # empty: off
     headers: tuple[tuple[str, str], ...] = ()
-    node_label: str = "instance"  # the series label holding the node's hostname
+    # the series labels that may hold the node's hostname, tried in turn: node_exporter is found
+    # by its target (`instance`), dcgm-exporter also by its own `Hostname` (a target may be an IP)
+    node_labels: tuple[str, ...] = ("instance", "Hostname")
     node_suffix: str = r"(?:\..*)?(?::\d+)?"  # regex after the hostname: a domain, a port
     metrics: tuple[str, ...] = ()  # empty: connectors.prometheus.DEFAULT_METRICS
     margin: float = 300.0
@@ -254,8 +256,13 @@ def _connector_from(cls, name: str, item: object, path: Path, **extra):
     if not isinstance(headers, dict):
         raise ConfigError(f"{path}: {name} headers must be a mapping")
     values = {**item, **extra, "headers": tuple((str(k), str(v)) for k, v in headers.items())}
-    if "metrics" in values:
-        values["metrics"] = tuple(str(m) for m in values["metrics"] or ())
+    for key in ("metrics", "node_labels"):
+        if key in values:
+            listed = values[key] if isinstance(values[key], (list, tuple)) else [values[key]]
+            values[key] = tuple(str(m) for m in listed if m is not None)
+    for label in values.get("node_labels", ()):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", label):
+            raise ConfigError(f"{path}: {name} node_labels: {label!r} is not a label name")
     for key in ("node_suffix",):
         try:
             re.compile(str(values.get(key, "")))

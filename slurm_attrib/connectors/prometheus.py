@@ -65,13 +65,13 @@ def read_changes(config, nodes: list[str], start: float, end: float) -> Promethe
     """Every change of the configured metrics on the nodes' series in [start, end]."""
     budget = Budget.start(config.timeout, config.max_bytes)
     window = max(1, int(round(end - start)))
-    selector = f"{config.node_label}=~{node_regex(nodes, config.node_suffix)}"
+    names = node_regex(nodes, config.node_suffix)
     metrics = list(config.metrics or DEFAULT_METRICS)
     result = PrometheusResult({n: NodeChanges() for n in nodes})
     # Requests run QUERIES_AT_ONCE at a time: a remote server's latency, not its load, is the cost.
     with ThreadPoolExecutor(QUERIES_AT_ONCE) as pool:
         # which series changed: one query per metric
-        changed = pool.map(lambda m: _query(config, f"changes({m}{{{selector}}}[{window}s]) > 0", end, budget), metrics)
+        changed = pool.map(lambda m: _query(config, _changed(m, config.node_labels, names, window), end, budget), metrics)
         wanted = [(m, s["metric"]) for m, found in zip(metrics, changed) for s in found
                   if isinstance(s.get("metric"), dict) and _node(s, config, nodes)]
         if len(wanted) > config.max_series:
@@ -85,6 +85,12 @@ def read_changes(config, nodes: list[str], start: float, end: float) -> Promethe
     for changes in result.nodes.values():
         changes.lines.sort()
     return result
+
+
+def _changed(metric: str, labels: tuple[str, ...], names: str, window: int) -> str:
+    """The series of `metric` that changed in the window, a node found by any of the labels
+    (`or` keeps one copy of a series that two labels find)."""
+    return " or ".join(f"changes({metric}{{{label}=~{names}}}[{window}s]) > 0" for label in labels)
 
 
 def _exact(labels: dict) -> str:
@@ -115,8 +121,13 @@ def _query(config, expr: str, at: float, budget: Budget) -> list[dict]:
 
 
 def _node(series: dict, config, nodes: list[str]) -> str | None:
-    value = (series.get("metric") or {}).get(config.node_label)
-    return node_of(value, nodes, config.node_suffix) if isinstance(value, str) else None
+    labels = series.get("metric") or {}
+    for name in config.node_labels:
+        value = labels.get(name)
+        node = node_of(value, nodes, config.node_suffix) if isinstance(value, str) else None
+        if node:
+            return node
+    return None
 
 
 def _change_lines(metric: str, series: dict) -> list[tuple[float, str]]:

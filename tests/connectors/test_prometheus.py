@@ -216,3 +216,24 @@ def test_sattrib_batch_reads_the_connectors_in_its_workers(tmp_path):
     assert not problems and summary.count("analysed") == 1
     row, = Store(config.results).rows()
     assert (row.domain, row.category) == ("gpu", "gpu_nvlink")
+
+
+def test_a_gpu_scraped_by_address_is_found_by_the_exporters_hostname_label(tmp_path):
+    """Targets listed by IP: `instance` names no node, dcgm-exporter's own Hostname label does."""
+    job = simulated("gpu_fell_off_bus", tmp_path / "local")
+    metrics = OpenMetrics()
+    dcgm_series(job, metrics, with_totals=True)
+    text = metrics.text()
+    for node in job.nodes:
+        text = text.replace(f'instance="{node.host}:9400"', f'instance="{node.ip}:9400"')
+    assert "instance=\"dgx" not in text and "Hostname=" in text
+    server = PrometheusServer(text)
+    try:
+        remote_dir = metrics_only_copy(tmp_path / "local", tmp_path / "metrics", "NVRM: Xid", "fallen off the bus")
+        by_instance_only = diagnose(remote_dir, config_for(server.url, node_labels=("instance",)))
+        both = diagnose(remote_dir, config_for(server.url))
+    finally:
+        server.stop()
+    local = diagnose(tmp_path / "local")
+    assert verdict(by_instance_only) != verdict(local)
+    assert verdict(both) == verdict(local)
