@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slurm_attrib.connectors.http import ConnectorError
+from slurm_attrib.connectors.http import ConnectorError, origin
 from slurm_attrib.ingest.gpuids import identity_csv
 from slurm_attrib.ingest.types import CoverageEntry, Evidence, SourceFile
 from slurm_attrib.vocab import TRUSTED_KINDS
@@ -45,7 +45,7 @@ def gather(evidence: Evidence, config) -> None:
             else:
                 _add_prometheus(evidence, settings, nodes, start, end)
         except ConnectorError as exc:
-            evidence.coverage.append(CoverageEntry(None, f"{name}:", None, "unreadable", f"{settings_origin(settings)}: {exc}"))
+            evidence.coverage.append(CoverageEntry(None, f"{name}:", None, "unreadable", f"{origin(settings.url)}: {exc}"))
 
 
 def probe(config, nodes: list[str], start: float, end: float) -> list[CoverageEntry]:
@@ -59,12 +59,6 @@ def probe(config, nodes: list[str], start: float, end: float) -> list[CoverageEn
     plain = replace(config, loki=replace(config.loki, margin=0.0), prometheus=replace(config.prometheus, margin=0.0))
     gather(evidence, plain)
     return evidence.coverage
-
-
-def settings_origin(settings) -> str:
-    from slurm_attrib.connectors.http import _origin
-
-    return _origin(settings.url)
 
 
 def _add_loki(evidence: Evidence, settings, nodes: list[str], start: float, end: float) -> None:

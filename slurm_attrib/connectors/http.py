@@ -4,6 +4,7 @@ and errors as one line (ConnectorError) that never quote a header (it may hold a
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import urllib.error
@@ -56,7 +57,7 @@ def get_json(base_url: str, path: str, params: dict, headers: tuple[tuple[str, s
         reason = getattr(exc, "reason", exc)
         if isinstance(reason, TimeoutError) or "timed out" in str(reason):
             raise ConnectorError(f"no answer from {path} within the time budget") from None
-        raise ConnectorError(f"cannot reach {_origin(base_url)}: {reason}") from None
+        raise ConnectorError(f"cannot reach {origin(base_url)}: {reason}") from None
     with budget.lock:
         budget.bytes_left -= len(body)
         over = budget.bytes_left < 0
@@ -84,7 +85,7 @@ def _error_text(exc: urllib.error.HTTPError) -> str:
     return " ".join(str(raw).split())[:300]
 
 
-def _origin(url: str) -> str:
+def origin(url: str) -> str:
     """scheme://host:port only: a URL may carry a user and password."""
     parts = urllib.parse.urlsplit(url)
     return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
@@ -93,16 +94,12 @@ def _origin(url: str) -> str:
 def node_regex(nodes: list[str], suffix: str) -> str:
     """A PromQL/LogQL regex (fully anchored by the server) matching the nodes' label values,
     written between backticks so that no escaping is needed."""
-    import re
-
     names = "|".join(re.escape(n) for n in sorted(nodes))
     return f"`(?:{names}){suffix}`"
 
 
 def node_of(value: str, nodes: list[str], suffix: str) -> str | None:
     """Which of the job's nodes a label value names (dgx001.cluster:9100 -> dgx001)."""
-    import re
-
     for node in sorted(nodes, key=len, reverse=True):
         if re.fullmatch(f"{re.escape(node)}{suffix}", value):
             return node
