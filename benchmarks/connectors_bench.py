@@ -13,7 +13,8 @@ evidence three ways:
   loki      the job's output local, every node's kernel and journal lines only in Loki (the test
             suite's stand-in for Loki's HTTP API, tests/connectors/loki_standin.py: Grafana Loki
             cannot run here)
-Each is analysed --runs times in this process after one warm-up (the rule pack compiled);
+Each is analysed --runs times in this process after one warm-up (the rule pack compiled), the
+cases taking turns run by run;
 printed: the median and the spread, the time added against the baseline and the ratio.  The
 connector's own share is also timed alone (connectors.gather).
 """
@@ -33,13 +34,17 @@ REPO = HERE.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests" / "connectors"), str(REPO / "tests")]
 
 
-def timed(function, runs: int) -> list[float]:
-    function()
-    out = []
-    for _ in range(runs):
-        began = time.perf_counter()
+def timed_together(functions: dict, runs: int) -> dict[str, list[float]]:
+    """Each function once to warm up, then round after round one run of each in turn, so that
+    the machine's slow moments fall on every case alike."""
+    for function in functions.values():
         function()
-        out.append(time.perf_counter() - began)
+    out: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(runs):
+        for name, function in functions.items():
+            began = time.perf_counter()
+            function()
+            out[name].append(time.perf_counter() - began)
     return out
 
 
@@ -83,13 +88,16 @@ def main() -> None:
         loki_config = Config(loki=LokiConfig(url=loki.url, streams=STREAMS))
         samples = sum(len(s) for _, fam in metrics.families.values() for s in fam.values())
         print(f"job: {args.nodes} nodes x 8 GPUs, {samples} samples in Prometheus, {lines} lines in Loki; {args.runs} runs each")
-        base = timed(lambda: diagnose(work / "local"), args.runs)
-        show("baseline (local files)", base, None)
-        b = statistics.median(base)
-        show("with prometheus", timed(lambda: diagnose(work / "local", prom_config), args.runs), b)
-        show("loki instead of local node logs", timed(lambda: diagnose(work / "loki", loki_config), args.runs), b)
-        show("prometheus gather alone", timed(lambda: gather(load_any(work / "local"), prom_config), args.runs), None)
-        show("loki gather alone", timed(lambda: gather(load_any(work / "loki"), loki_config), args.runs), None)
+        times = timed_together({
+            "baseline (local files)": lambda: diagnose(work / "local"),
+            "with prometheus": lambda: diagnose(work / "local", prom_config),
+            "loki instead of local node logs": lambda: diagnose(work / "loki", loki_config),
+            "prometheus gather alone": lambda: gather(load_any(work / "local"), prom_config),
+            "loki gather alone": lambda: gather(load_any(work / "loki"), loki_config),
+        }, args.runs)
+        base = statistics.median(times["baseline (local files)"])
+        for name, values in times.items():
+            show(name, values, None if "baseline" in name or "alone" in name else base)
         same = diagnose(work / "loki", loki_config)["category"] == diagnose(work / "local")["category"]
         print(f"loki diagnosis equals the local one: {same}")
     finally:
