@@ -113,6 +113,10 @@ pyexc)
         echo '  File "/home/user/train.py", line 30, in main'
         echo "    loss = compute(batch)"
         echo "ZeroDivisionError: division by zero"
+        # srun forwards a task's output asynchronously: on a loaded machine, a task that exits at
+        # once can be reported (and the step killed) before its output reaches the job's file,
+        # which then holds no traceback at all (seen in CI).  Give the forwarding a moment.
+        sleep 2
         exit 1
     fi
     sleep 30; exit 0 ;;
@@ -222,10 +226,14 @@ def _late_nodes(d: dict) -> list[str]:
 
 
 def why(d: dict) -> str:
-    """A failed assertion's story: the verdict and every source that was not read in full."""
+    """A failed assertion's story: the verdict, every source that was not read in full, what was
+    kept of the job's output (a rare CI failure found no traceback there), the evidence lines."""
     gaps = [f"{c['node']}:{c['source'].rsplit('/', 1)[-1]}={c['status']} ({c['detail']})"
-            for c in d["coverage"] if c["status"] not in ("ok",) and not c["source"].endswith(("kernel", "ib_counters", "nccl_debug"))]
-    return f"{d['domain']}/{d['category']} culprits={d['culprit_nodes']}: {d['summary']} | coverage gaps: {'; '.join(gaps)}"
+            for c in d["coverage"] if (c["status"] not in ("ok",) or c["source"].endswith("job_stdout"))
+            and not c["source"].endswith(("kernel", "ib_counters", "nccl_debug"))]
+    lines = [f"{e['role']} {e['source']}:{e['line']} {e['text'][:100]}" for e in d["evidence"][:8]]
+    return (f"{d['domain']}/{d['category']} culprits={d['culprit_nodes']}: {d['summary']} | coverage gaps: {'; '.join(gaps)}"
+            f" | evidence: {' / '.join(lines) or 'none'}")
 
 
 @pytest.fixture(autouse=True)
