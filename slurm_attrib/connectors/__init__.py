@@ -13,10 +13,11 @@ when its server failed): never an error of the analysis.  Nothing here runs unle
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from slurm_attrib.connectors.http import ConnectorError, origin
 from slurm_attrib.ingest.gpuids import identity_csv
-from slurm_attrib.ingest.types import CoverageEntry, Evidence, SourceFile
+from slurm_attrib.ingest.types import CoverageEntry, Evidence, JobContext, SourceFile
 from slurm_attrib.vocab import TRUSTED_KINDS
 
 
@@ -51,10 +52,6 @@ def gather(evidence: Evidence, config) -> None:
 def probe(config, nodes: list[str], start: float, end: float) -> list[CoverageEntry]:
     """What the connectors hold for `nodes` over [start, end] (`sattrib connectors`): the coverage
     entries an analysis of a job that ran there then would record."""
-    from pathlib import Path
-
-    from slurm_attrib.ingest.types import JobContext
-
     evidence = Evidence(Path("."), JobContext(nodes=tuple(nodes), start=start, end=end))
     plain = replace(config, loki=replace(config.loki, margin=0.0), prometheus=replace(config.prometheus, margin=0.0))
     gather(evidence, plain)
