@@ -263,11 +263,10 @@ def _connector_from(cls, name: str, item: object, path: Path, **extra):
     for label in values.get("node_labels", ()):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", label):
             raise ConfigError(f"{path}: {name} node_labels: {label!r} is not a label name")
-    for key in ("node_suffix",):
-        try:
-            re.compile(str(values.get(key, "")))
-        except re.error as exc:
-            raise ConfigError(f"{path}: {name} {key} is not a valid regex: {exc}") from None
+    try:
+        re.compile(str(values.get("node_suffix", "")))
+    except re.error as exc:
+        raise ConfigError(f"{path}: {name} node_suffix is not a valid regex: {exc}") from None
     return cls(**values)
 
 

@@ -95,7 +95,12 @@ def _changed(metric: str, labels: tuple[str, ...], names: str, window: int) -> s
 
 def _exact(labels: dict) -> str:
     """A selector matching exactly this label set (the metric name comes before it)."""
-    return "{" + ",".join(f'{k}="{_quoted(v)}"' for k, v in sorted(labels.items()) if k != "__name__") + "}"
+    return _braced(labels, leave_out={"__name__"})
+
+
+def _braced(labels: dict, leave_out) -> str:
+    """`{k="v",...}`, sorted by name, in PromQL's quoting (what a selector and a change line show)."""
+    return "{" + ",".join(f'{k}="{_quoted(v)}"' for k, v in sorted(labels.items()) if k not in leave_out) + "}"
 
 
 def _add_series(found: dict[str, NodeChanges], metric: str, series: dict, config, nodes: list[str]) -> None:
@@ -132,8 +137,7 @@ def _node(series: dict, config, nodes: list[str]) -> str | None:
 
 def _change_lines(metric: str, series: dict) -> list[tuple[float, str]]:
     """One line per sample whose value differs from the sample before it."""
-    labels = series.get("metric") or {}
-    shown = ",".join(f'{k}="{_quoted(v)}"' for k, v in sorted(labels.items()) if k not in NOISE_LABELS)
+    shown = _braced(series.get("metric") or {}, leave_out=NOISE_LABELS)
     out = []
     previous = None
     for point in series.get("values") or []:
@@ -143,7 +147,7 @@ def _change_lines(metric: str, series: dict) -> list[tuple[float, str]]:
             continue
         if previous is not None and value != previous:
             change = f"{_number(previous)} -> {_number(value)} ({_delta(value - previous)})"
-            out.append((at, f"{iso(at)} {metric} {change} {{{shown}}}"))
+            out.append((at, f"{iso(at)} {metric} {change} {shown}"))
         previous = value
     return out
 
