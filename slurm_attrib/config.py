@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from slurm_attrib.provenance import Provenance
+
 DEFAULT_PATH = Path("/etc/sattrib/config.yaml")
 ENV_VAR = "SATTRIB_CONFIG"
 
@@ -33,6 +35,9 @@ class SourceConfig:
     prefilter: bool = True  # keep only lines holding a rule literal (plus a little context)
     enabled: bool = True
     max_files: int = 32  # a glob path: at most this many files (the newest)
+    # Who can write it (provenance.Provenance value); empty: a command run as root is what its kind
+    # says, a file is too when root owns it and only root can write it, anything else is `user`.
+    provenance: str = ""
 
 
 @dataclass(frozen=True)
@@ -236,6 +241,8 @@ def _source_from(item: object, path: Path) -> SourceConfig:
         raise ConfigError(f"{path}: source {item['name']!r}: unknown key(s) {', '.join(unknown)}")
     if "command" in item:
         item = {**item, "command": tuple(str(a) for a in item["command"] or ())}
+    if item.get("provenance", "") not in ("", *(p.value for p in Provenance)):
+        raise ConfigError(f"{path}: source {item['name']!r}: provenance must be one of {', '.join(p.value for p in Provenance)}")
     return SourceConfig(**item)
 
 

@@ -42,8 +42,8 @@ ROLES = ("cause", "symptom", "context", "marker")
 
 SEVERITIES = ("info", "warning", "error", "critical")
 
-# Kinds of source file, recognised from content.  Trusted kinds are written by the kernel,
-# system daemons or Slurm, never by the job's user.
+# Kinds of source file, recognised from content.  A kind says what a source is, not who could
+# have written it: that is its provenance (slurm_attrib.provenance).
 #   kernel      kernel ring buffer (dmesg, journalctl -k, kern.log)
 #   syslog      syslog / journal of system daemons (may carry kernel lines too)
 #   app         the job's own output: application, PyTorch, NCCL, srun and slurmstepd lines
@@ -52,5 +52,3 @@ SEVERITIES = ("info", "warning", "error", "critical")
 #   job         the job record (job.json, Slurm's own accounting)
 #   metrics     changes of monitoring series (DCGM, node_exporter) read by the Prometheus connector
 SOURCE_KINDS = ("kernel", "syslog", "app", "nvidia_smi", "sysfs", "job", "metrics")
-# Sources the job's user cannot write: only these may establish a hardware culprit or a drain.
-TRUSTED_KINDS = frozenset({"kernel", "syslog", "nvidia_smi", "sysfs", "job", "metrics"})

@@ -12,6 +12,7 @@ from slurm_attrib.ingest.timestamps import (
     year_hint,
 )
 from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
+from slurm_attrib.provenance import Provenance
 
 
 def utc(y, mo, d, h, mi, s, frac=0.0):
@@ -176,10 +177,10 @@ def test_estimate_boot_times():
         root=Path("."),
         job=JobContext(start=T - 10),
         files=[
-            SourceFile("gpu01/syslog", "gpu01", "syslog", True, node_a),
-            SourceFile("gpu03/dmesg.txt", "gpu03", "kernel", True, dmesg_only),
-            SourceFile("all.log", None, "syslog", False, job_level),
-            SourceFile("app.log", None, "app", False, b"Dec  2 13:04:06 gpu09 kernel: [ 1.0] x\n"),
+            SourceFile("gpu01/syslog", "gpu01", "syslog", Provenance.DAEMON, node_a),
+            SourceFile("gpu03/dmesg.txt", "gpu03", "kernel", Provenance.KERNEL, dmesg_only),
+            SourceFile("all.log", None, "syslog", Provenance.USER, job_level),
+            SourceFile("app.log", None, "app", Provenance.USER, b"Dec  2 13:04:06 gpu09 kernel: [ 1.0] x\n"),
         ],
     )
     boots = estimate_boot_times(ev)
@@ -201,8 +202,8 @@ def test_evidence_year_without_a_job_window():
     from slurm_attrib.ingest.timestamps import evidence_year
 
     files = [
-        SourceFile("a/syslog", "a", "syslog", True, b"Dec  2 13:04:06 a kernel: x\n"),
-        SourceFile("b/dmesg", "b", "kernel", True, b"[Tue Dec  1 10:00:00 2026] y\n"),
+        SourceFile("a/syslog", "a", "syslog", Provenance.DAEMON, b"Dec  2 13:04:06 a kernel: x\n"),
+        SourceFile("b/dmesg", "b", "kernel", Provenance.KERNEL, b"[Tue Dec  1 10:00:00 2026] y\n"),
     ]
     assert evidence_year(Evidence(Path("."), JobContext(), files)) == 2026
     assert evidence_year(Evidence(Path("."), JobContext(), files[:1])) is None

@@ -41,6 +41,11 @@ Special names (their path may be left empty):
                             and mtime of every matching file are listed too
   ib_counters               sysfs InfiniBand port counters and state (deltas vs the prolog)
 Any other app-kind path source is user-written and gets the same ownership checks as job output.
+
+Provenance (slurm_attrib.provenance): every result says who can write its source.  Commands and
+probes run as root are what their kind says; a file is too only when root owns it and nobody else
+may write it; the syslog source reads journald's root services only (`_UID=0`), and the plain
+/var/log/syslog and /var/log/messages fallbacks, which any user's `logger` writes, are `user`.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from collections import deque
 
 from slurm_attrib.capture.common import CaptureError, expand_output_pattern, find_executable
 from slurm_attrib.config import SourceConfig
+from slurm_attrib.provenance import Provenance, vouched
 
 CHUNK = 1 << 20
 MAX_LINE_SCAN = 64 * 1024
@@ -78,18 +84,22 @@ def default_sources() -> list[SourceConfig]:
             timeout=4.0,
         ),
         SourceConfig(name="kernel", kind="kernel", command=("dmesg", "--time-format", "iso"), timeout=3.0),
-        SourceConfig(name="kernel", kind="kernel", path="/var/log/kern.log", timeout=3.0),
+        # rsyslog writes kern.log: the syslog daemon's copy of the kernel's lines, not the ring buffer
+        SourceConfig(name="kernel", kind="kernel", path="/var/log/kern.log", timeout=3.0, provenance="daemon"),
         SourceConfig(
             name="syslog",
             kind="syslog",
+            # root's services only: journald sets _UID from the sender's socket credentials, so a
+            # user's `logger` line (any tag, `-t kernel` too) is not among them
             command=(
                 _J, "--since", "@{start}", "--until", "@{end}", "-o", "short-iso-precise", "--no-pager", "-q",
-                "_TRANSPORT=syslog", "_TRANSPORT=journal", "_TRANSPORT=stdout",
+                "_TRANSPORT=syslog", "_TRANSPORT=journal", "_TRANSPORT=stdout", "_UID=0",
             ),
             timeout=4.0,
         ),
-        SourceConfig(name="syslog", kind="syslog", path="/var/log/syslog", timeout=3.0),
-        SourceConfig(name="syslog", kind="syslog", path="/var/log/messages", timeout=3.0),
+        # without journald every user's `logger` lines are in these files, under any tag
+        SourceConfig(name="syslog", kind="syslog", path="/var/log/syslog", timeout=3.0, provenance="user"),
+        SourceConfig(name="syslog", kind="syslog", path="/var/log/messages", timeout=3.0, provenance="user"),
         SourceConfig(name="job_stdout", kind="app", timeout=4.0, max_bytes=64 * 1024 * 1024),
         SourceConfig(name="job_stderr", kind="app", timeout=4.0, max_bytes=64 * 1024 * 1024),
         SourceConfig(name="nccl_debug", kind="app", path="", timeout=2.0),
@@ -416,6 +426,7 @@ def new_result(src: SourceConfig, name: str | None = None) -> dict:
     return {
         "name": name or src.name,
         "kind": src.kind,
+        "provenance": declared_provenance(src).value,
         "origin": "",
         "status": "error",
         "detail": "",
@@ -427,6 +438,21 @@ def new_result(src: SourceConfig, name: str | None = None) -> dict:
         "duration": 0.0,
         "lines": [],
     }
+
+
+def declared_provenance(src: SourceConfig) -> Provenance:
+    """Who can write the source, before it is opened: as configured, else (a command run as root,
+    a probe) what its kind says; job output and every other user-written source is `user`."""
+    if src.provenance:
+        return Provenance(src.provenance)
+    return vouched(src.kind)
+
+
+def file_provenance(src: SourceConfig, st: os.stat_result) -> Provenance:
+    """A file vouches for its kind only when root owns it and nobody else may write it."""
+    if src.provenance or (st.st_uid == 0 and not st.st_mode & 0o022):
+        return declared_provenance(src)
+    return Provenance.USER
 
 
 def _expand(text: str, ctx: dict) -> str:
@@ -545,6 +571,7 @@ def _open_checked(path: str, src: SourceConfig, ctx: dict, res: dict) -> int | N
         os.close(fd)
         res["status"], res["detail"] = "forbidden", f"{path}: owned by uid {st.st_uid}, not the job's uid {uid}"
         return None
+    res["provenance"] = file_provenance(src, st).value
     return fd
 
 

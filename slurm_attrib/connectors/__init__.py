@@ -18,7 +18,7 @@ from pathlib import Path
 from slurm_attrib.connectors.http import ConnectorError, origin
 from slurm_attrib.ingest.gpuids import identity_csv
 from slurm_attrib.ingest.types import CoverageEntry, Evidence, JobContext, SourceFile
-from slurm_attrib.vocab import TRUSTED_KINDS
+from slurm_attrib.provenance import Provenance, vouched
 
 
 def configured(config) -> list[str]:
@@ -73,7 +73,7 @@ def _add_loki(evidence: Evidence, settings, nodes: list[str], start: float, end:
             detail = f"{len(lines.entries) if lines else 0} lines from Loki" + (f"; {result.truncated[name]}" if status == "truncated" else "")
             evidence.coverage.append(CoverageEntry(node, rel, kind, status, detail))
             if data:
-                evidence.files.append(SourceFile(rel=rel, node=node, kind=kind, trusted=kind in TRUSTED_KINDS, data=data))
+                evidence.files.append(SourceFile(rel=rel, node=node, kind=kind, provenance=vouched(kind), data=data))
 
 
 def _add_prometheus(evidence: Evidence, settings, nodes: list[str], start: float, end: float) -> None:
@@ -89,7 +89,7 @@ def _add_prometheus(evidence: Evidence, settings, nodes: list[str], start: float
             f"; {result.truncated}" if result.truncated else "")
         evidence.coverage.append(CoverageEntry(node, rel, "metrics", status, detail))
         if data:
-            evidence.files.append(SourceFile(rel=rel, node=node, kind="metrics", trusted=True, data=data))
+            evidence.files.append(SourceFile(rel=rel, node=node, kind="metrics", provenance=Provenance.PROBE, data=data))
         if changes.gpus:  # the GPUs' UUIDs from DCGM's labels, read like nvidia-smi --query-gpu output
-            evidence.files.append(SourceFile(rel=f"{rel}/gpus", node=node, kind="nvidia_smi", trusted=True,
+            evidence.files.append(SourceFile(rel=f"{rel}/gpus", node=node, kind="nvidia_smi", provenance=Provenance.PROBE,
                                              data=identity_csv(sorted(changes.gpus.items()))))

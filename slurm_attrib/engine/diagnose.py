@@ -13,7 +13,7 @@ from slurm_attrib.ingest.gpuids import gpu_identities
 from slurm_attrib.ingest.hangdumps import HangFinding, hang_finding
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.model import CoverageItem, Diagnosis, Drain
-from slurm_attrib.vocab import DRAINABLE_DOMAINS, TRUSTED_KINDS
+from slurm_attrib.vocab import DRAINABLE_DOMAINS
 
 FAILED_STATES = {"FAILED", *reconcile.STATE_CAUSES}
 SYSTEMIC_MIN_NODES = 3  # the same fault on at least this many nodes ...
@@ -351,10 +351,10 @@ def _culprits(verdict: Verdict, events: list[Event], job: JobContext, nodes_with
         return _failed_nodes(events, nodes_without_logs, last_seen)
     if primary.category == "transport_error" and not primary.trusted and primary.type not in LOCAL_TRANSPORT_TYPES:
         return _blamed_peer(events)
-    if primary.domain in DRAINABLE_DOMAINS and not primary.trusted and primary.kind not in TRUSTED_KINDS:
-        # A hardware fault claimed only by lines the job's user controls still names the host the
+    if primary.domain in DRAINABLE_DOMAINS and not primary.trusted:
+        # A hardware fault claimed only by lines a user could have written still names the host the
         # lines establish, but only as `likely`, and never drains (drains need trusted evidence).
-        verdict.notes.append(f"the fault is reported only in the job's own output{' on ' + primary.node if primary.node else ''}")
+        verdict.notes.append(f"the fault is reported only in lines a user could have written{' on ' + primary.node if primary.node else ''}")
     if primary.node:
         return [primary.node]
     same = _nodes_of_same_failure(primary, events)
@@ -541,5 +541,6 @@ def _drains(verdict: Verdict, job: JobContext) -> list[Drain]:
     drainable = [e for e in faults if e.domain in DRAINABLE_DOMAINS and e.trusted and e.strength == 3]
     if len(drainable) != len(faults) or not 0 < len(verdict.culprits) <= MAX_DRAIN_NODES:
         return []
-    by_node = {e.node: e for e in drainable if e.node}
+    # a node outside the job is never drained for it, whatever named it
+    by_node = {e.node: e for e in drainable if e.node and (not job.nodes or e.node in job.nodes)}
     return [Drain(node=node, reason=drain_reason(by_node[node], job)) for node in verdict.culprits if node in by_node]

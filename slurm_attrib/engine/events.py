@@ -24,6 +24,7 @@ from slurm_attrib.ingest.timestamps import (
 )
 from slurm_attrib.ingest.readers import Window
 from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
+from slurm_attrib.provenance import supports_verdict
 from slurm_attrib.ruleset.scanner import Hit, Scanner
 
 
@@ -41,8 +42,8 @@ class Event:
     line: int
     text: str
     kind: str
-    trusted: bool
-    kernel_side: bool  # the rule reads kernel messages: in job output such a line is only a claim
+    trusted: bool  # provenance.supports_verdict: may support a drain, a fleet strike, `confirmed`
+    kernel_side: bool  # the rule reads kernel messages: anywhere but the kernel's own log, a claim
     order: tuple[int, int]  # (file index, line): the order of lines that have no time
     time: float | None = None  # UNIX seconds, UTC
     time_inherited: bool = False  # taken from a nearby line of the same file
@@ -63,6 +64,9 @@ class Event:
 
 
 INHERIT_LINES = 200
+# Sources of log lines, where a kernel message may stand beside (or be forged among) other lines;
+# probes (nvidia-smi, sysfs, metrics) print formats of their own.
+LOG_KINDS = ("kernel", "syslog", "app")
 
 
 def _last_seen_from(stamps: list[tuple[str, LineTime]], boot_times: dict[str, float]) -> dict[str, float]:
@@ -290,6 +294,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
     """The event of one hit, placed in time (or, with place=False, (event, its raw stamp) to be
     placed once the nodes' boot times are known)."""
     first_line = hit.text.split("\n", 1)[0]
+    kernel_side = "kernel" in hit.rule.sources
     event = Event(
         rule_id=hit.rule.id,
         title=hit.rule.title,
@@ -303,8 +308,8 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
         line=source.original_line(hit.lineno),
         text=hit.text,
         kind=source.kind,
-        trusted=source.trusted,
-        kernel_side="kernel" in hit.rule.sources,
+        trusted=supports_verdict(source.provenance, reads_kernel=kernel_side and source.kind in LOG_KINDS),
+        kernel_side=kernel_side,
         order=(index, hit.lineno),
         fields=hit.fields,
         notes=dict(hit.notes),
@@ -376,7 +381,7 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
         if event.node is None and event.host:
             if event.host not in matched:
                 matched[event.host] = match_host(event.host, known)
-            event.node = matched[event.host]
+            event.node = _of_the_job(matched[event.host], job, event)
     rank_to_node: dict[int, str] = {}
     task_to_node: dict[int, str] = {}
     for event in sorted(events, key=lambda e: e.order):
@@ -403,6 +408,15 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
         peer = _peer_of(event, ip_to_node, rank_to_node, known)
         if peer and peer != event.node:
             event.notes["peer_node"] = peer
+
+
+def _of_the_job(node: str, job: JobContext, event: Event) -> str | None:
+    """A host a line names is the event's node only when it is a node of the job (when the job's
+    nodes are known): a line may name any host, and it never makes another node a culprit."""
+    if job.nodes and node not in job.nodes:
+        event.notes["named_outside_job"] = node
+        return None
+    return node
 
 
 # srun's reports of a task that failed by itself: `<node>: task N: Exited with exit code C`, `...: Aborted`

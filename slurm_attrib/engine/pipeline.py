@@ -43,11 +43,12 @@ def _analyze(evidence: Evidence, scanner: Scanner) -> Diagnosis:
     return diagnose(evidence, events, fired, scanned.last_seen)
 
 
-def load_any(path: Path) -> Evidence:
-    """A capture spool job directory (the epilog's bundles) or a plain logs-layout directory."""
+def load_any(path: Path, vouch: bool = True) -> Evidence:
+    """A capture spool job directory (the epilog's bundles) or a plain logs-layout directory.
+    vouch=False: no file in it is the operator's, whoever owns it (an upload): nothing acts."""
     from slurm_attrib.ingest.bundle import is_spool_job_dir, load_spool_job
 
-    return load_spool_job(path) if is_spool_job_dir(path) else load_evidence(path)
+    return load_spool_job(path, vouch) if is_spool_job_dir(path) else load_evidence(path, vouch)
 
 
 def analyze_path(path: Path, rule_dirs: tuple[Path, ...] = (), config=None) -> Diagnosis:

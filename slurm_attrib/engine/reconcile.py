@@ -9,6 +9,7 @@ from collections import defaultdict
 from slurm_attrib.engine.correlate import SKEW
 from slurm_attrib.engine.events import Event, is_failed_task
 from slurm_attrib.ingest.types import Evidence, JobContext
+from slurm_attrib.provenance import Provenance, supports_verdict
 from slurm_attrib.vocab import DOMAIN_OF_CATEGORY, DRAINABLE_DOMAINS
 
 # Job states that are themselves the origin (Slurm decided, or Slurm saw the node die).
@@ -52,7 +53,7 @@ def job_state_events(evidence: Evidence) -> list[Event]:
             line=_line_of(evidence, source, '"state"'),
             text=f"state: {job.state}",
             kind="job",
-            trusted=True,
+            trusted=supports_verdict(job.provenance, reads_kernel=False),
             kernel_side=False,
             order=(-1, 0),
             # Slurm notices a dead node minutes after it died: its record's end is no onset.
@@ -100,7 +101,7 @@ def discard_contradicted_claims(events: list[Event], evidence: Evidence) -> None
     Users can print anything; when the node's kernel or syslog is present and shows no such
     event, the printed line is a forgery or a copy, and only context.
     """
-    logged_nodes = {f.node for f in evidence.files if f.trusted and f.kind in ("kernel", "syslog")}
+    logged_nodes = {f.node for f in evidence.files if f.provenance is Provenance.KERNEL}
     confirmed = {(e.node, e.rule_id) for e in events if e.trusted}
     confirmed_anywhere = {rule_id for _node, rule_id in confirmed}
     all_logged = bool(evidence.job.nodes) and set(evidence.job.nodes) <= logged_nodes

@@ -1,7 +1,9 @@
 """Repeat offenders: nodes and GPUs named as the hardware culprit of several independent jobs.
 
 One job's `likely` is not enough to drain a node; the same node or GPU named as the hardware
-origin of two or more jobs within a window (default 14 days) is.  A GPU whose repeated faults are
+origin of two or more jobs within a window (default 14 days) is.  Only a job whose cause rests on
+evidence no user could have written counts (its row's `trusted`, set from the cause event's
+provenance): a job's output, however it looks, never strikes a node.  A GPU whose repeated faults are
 memory faults (uncorrectable ECC, row-remap failures) is also an RMA candidate.
 
 Acknowledgements: once a repeat offender is drained through `sattrib drain --apply`, or resumed
@@ -78,7 +80,7 @@ def repeat_offenders(
     gpus: dict[tuple[str, str], Offender] = {}
     for row in sorted(rows, key=lambda r: (job_time(r), r.job_id)):
         when = job_time(row)
-        if row.domain not in HARDWARE_DOMAINS or row.systemic or row.quality not in ("confirmed", "likely"):
+        if not row.trusted or row.domain not in HARDWARE_DOMAINS or row.systemic or row.quality not in ("confirmed", "likely"):
             continue
         if not start <= when <= now:
             continue

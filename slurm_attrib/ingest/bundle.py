@@ -9,7 +9,11 @@ Every source of every node bundle becomes one `BundleSource` (a SourceFile):
 
     rel   nodes/<node>.json.gz/<source name>
     node  the bundle's node
-    kind  the source's kind; trusted = kind in vocab.TRUSTED_KINDS
+    kind  the source's kind
+    provenance  as the epilog recorded it (slurm_attrib.provenance), when the operator vouches for
+          the bundle file (root or the analysing user owns it and the folders above it, nobody else
+          may write them: ingest.ownership); `user` otherwise.  A bundle of before provenance was
+          recorded: its kind's, but `user` for syslog (the journal of every uid was read then).
     data  the kept lines joined with "\\n" (the pre-filter kept only some lines of the source)
     line_numbers  line_numbers[i] is the ORIGINAL line number in the node's real source of the
           (i+1)-th line of `data`.  The scanner numbers lines of `data` from 1; map a scanner line
@@ -26,14 +30,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slurm_attrib.ingest.gpuids import identity_csv
 from slurm_attrib.ingest.types import CoverageEntry, Evidence, JobContext, SourceFile
-from slurm_attrib.vocab import SOURCE_KINDS, TRUSTED_KINDS
+from slurm_attrib.ingest.ownership import OwnerCheck
+from slurm_attrib.provenance import Provenance, vouched
+from slurm_attrib.vocab import SOURCE_KINDS
 
 BUNDLE_FORMAT = "sattrib-node-bundle"
 SUPPORTED_VERSIONS = (1,)
@@ -95,7 +102,19 @@ def _num(value) -> float | None:
         return None
 
 
-def _source_file(node: str, rel_bundle: str, src: dict) -> tuple[BundleSource | None, CoverageEntry]:
+def _provenance(src: dict, kind: str, vouched_bundle: bool) -> Provenance:
+    if not vouched_bundle:
+        return Provenance.USER
+    recorded = src.get("provenance")
+    if recorded is None:
+        return Provenance.USER if kind == "syslog" else vouched(kind)
+    try:
+        return Provenance(recorded)
+    except ValueError:
+        return Provenance.USER
+
+
+def _source_file(node: str, rel_bundle: str, src: dict, vouched_bundle: bool) -> tuple[BundleSource | None, CoverageEntry]:
     name = str(src.get("name") or "?")
     kind = src.get("kind") if src.get("kind") in SOURCE_KINDS else None
     status = str(src.get("status") or "error")
@@ -121,7 +140,7 @@ def _source_file(node: str, rel_bundle: str, src: dict) -> tuple[BundleSource | 
         rel=f"{rel_bundle}/{name}",
         node=node,
         kind=kind,
-        trusted=kind in TRUSTED_KINDS,
+        provenance=_provenance(src, kind, vouched_bundle),
         data=data,
         line_numbers=numbers,
         status=status,
@@ -129,7 +148,7 @@ def _source_file(node: str, rel_bundle: str, src: dict) -> tuple[BundleSource | 
     return source, coverage
 
 
-def _gpu_identity_source(node: str, rel_bundle: str, gpus) -> BundleSource | None:
+def _gpu_identity_source(node: str, rel_bundle: str, gpus, vouched_bundle: bool) -> BundleSource | None:
     """The GPUs the prolog/epilog found (nvidia-smi's pci.bus_id, uuid, serial; /proc/driver/nvidia
     UUIDs) as `--query-gpu` CSV lines, which ingest.gpuids reads like captured nvidia-smi output."""
     if not isinstance(gpus, dict):
@@ -146,15 +165,18 @@ def _gpu_identity_source(node: str, rel_bundle: str, gpus) -> BundleSource | Non
         return None
     count = data.count(b"\n")
     return BundleSource(
-        rel=f"{rel_bundle}/gpus", node=node, kind="nvidia_smi", trusted=True,
+        rel=f"{rel_bundle}/gpus", node=node, kind="nvidia_smi",
+        provenance=Provenance.PROBE if vouched_bundle else Provenance.USER,
         data=data, line_numbers=list(range(1, count + 1)), status="ok",
     )
 
 
-def load_spool_job(path: Path) -> Evidence:
+def load_spool_job(path: Path, vouch: bool = True) -> Evidence:
     """Node bundles of one job -> Evidence (files, coverage, JobContext).  Never raises for bad
-    bundles; an unreadable directory gives an Evidence with only coverage entries."""
+    bundles; an unreadable directory gives an Evidence with only coverage entries.
+    vouch=False: nothing in it is the operator's (an upload)."""
     path = Path(path)
+    owner = OwnerCheck(Path(os.path.realpath(path)), enabled=vouch)
     files: list[SourceFile] = []
     coverage: list[CoverageEntry] = []
     bundles: list[tuple[str, dict]] = []
@@ -179,14 +201,15 @@ def load_spool_job(path: Path) -> Evidence:
             coverage.append(CoverageEntry(file_node, rel, None, "unreadable", f"bundle names node {node!r}"))
             continue
         bundles.append((node, data))
+        vouched_bundle = owner.vouches(Path(rel))
         for src in data.get("sources") or []:
             if not isinstance(src, dict):
                 continue
-            source, cov = _source_file(node, rel, src)
+            source, cov = _source_file(node, rel, src, vouched_bundle)
             coverage.append(cov)
             if source is not None:
                 files.append(source)
-        identities = _gpu_identity_source(node, rel, data.get("gpus"))
+        identities = _gpu_identity_source(node, rel, data.get("gpus"), vouched_bundle)
         if identities is not None:
             files.append(identities)
         errors = (data.get("capture") or {}).get("errors") or []
@@ -196,6 +219,8 @@ def load_spool_job(path: Path) -> Evidence:
             )
 
     job = _job_context(path, bundles, coverage)
+    if owner.vouches(Path("job.json")) or (not (path / "job.json").exists() and bundles and owner.vouches(Path("nodes"))):
+        job = replace(job, provenance=Provenance.DAEMON)
     seen = {node for node, _ in bundles} | {c.node for c in coverage if c.status == "unreadable"}
     for node in job.nodes:
         if node not in seen:

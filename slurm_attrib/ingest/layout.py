@@ -4,6 +4,10 @@
     PATH/<file>            job-level logs (node None, never trusted)
     PATH/<node>/<file>     logs of node <node> (the folder's name); deeper files belong to <node>
 
+Provenance: a node folder's file counts as what its kind says (a kernel log as the kernel's, see
+slurm_attrib.provenance) only when the operator vouches for it by owning it (ingest.ownership);
+job-level files, and everything of a folder a user made or could write, are `user`.
+
 Hidden files and folders (names starting with `.`) are ignored.  Symbolic links are never
 followed (coverage `skipped`, with where they point); FIFOs, sockets and devices are skipped;
 files that cannot be read are `unreadable`; empty files are `empty` and not among the files.
@@ -20,6 +24,7 @@ import math
 import os
 import re
 import stat
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,9 +33,10 @@ from slurm_attrib import hostlist
 from slurm_attrib.errors import InputError
 from slurm_attrib.ingest import readers
 from slurm_attrib.ingest.kinds import detect_kind
+from slurm_attrib.ingest.ownership import OwnerCheck
 from slurm_attrib.ingest.timestamps import sample_years
 from slurm_attrib.ingest.types import CoverageEntry, Evidence, JobContext, SourceFile
-from slurm_attrib.vocab import TRUSTED_KINDS
+from slurm_attrib.provenance import Provenance, vouched
 
 JOB_FILE = "job.json"
 # Files whose content is at most this size stay in memory (SourceFile.data); larger ones are read
@@ -43,8 +49,9 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def load_evidence(path: Path) -> Evidence:
-    """Read a logs-layout directory.  Raises InputError (one line: "<file>: <problem>")."""
+def load_evidence(path: Path, vouch: bool = True) -> Evidence:
+    """Read a logs-layout directory.  Raises InputError (one line: "<file>: <problem>").
+    vouch=False: nothing in it is the operator's (an upload)."""
     path = Path(path)
     try:
         info = os.stat(path)
@@ -62,6 +69,7 @@ def load_evidence(path: Path) -> Evidence:
     except OSError as error:
         raise InputError(f"{path}: {_one_line(readers._describe(error))}") from None
 
+    owner = OwnerCheck(root, enabled=vouch)
     job = JobContext()
     coverage: list[CoverageEntry] = []
     candidates: list[tuple[str, str | None, int]] = []  # rel, node, size
@@ -69,6 +77,8 @@ def load_evidence(path: Path) -> Evidence:
         if entry_kind == "file":
             if rel == JOB_FILE:
                 job = _read_job(path, root / JOB_FILE)
+                if owner.vouches(Path(JOB_FILE)):
+                    job = replace(job, provenance=Provenance.DAEMON)
                 continue
             candidates.append((rel, node, size))
         else:
@@ -97,8 +107,8 @@ def load_evidence(path: Path) -> Evidence:
         data = result.data  # the whole content, or head and tail samples of a large file
         budget -= probe.size
         kind = detect_kind(data, rel)
-        trusted = node is not None and kind in TRUSTED_KINDS
-        source = SourceFile(rel=rel, node=node, kind=kind, trusted=trusted, data=data,
+        provenance = vouched(kind) if node is not None and owner.vouches(Path(rel)) else Provenance.USER
+        source = SourceFile(rel=rel, node=node, kind=kind, provenance=provenance, data=data,
                             line_offset=result.line_offset, compressed=result.compressed,
                             size=probe.size, years=tuple(sample_years(data)))
         if not probe.whole:  # streamed from disk when analysed

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_attrib.provenance import Provenance
+
 
 @dataclass(frozen=True)
 class JobContext:
@@ -18,6 +20,8 @@ class JobContext:
     end: float | None = None
     nodes: tuple[str, ...] = ()
     source: str | None = None  # file the context came from, relative to the evidence root
+    # Slurm's own record (daemon) when root or the operator wrote it; a user's job.json is a claim
+    provenance: Provenance = Provenance.USER
 
 
 @dataclass
@@ -27,7 +31,7 @@ class SourceFile:
     rel: str  # posix path relative to the evidence root: the contract's evidence `source`
     node: str | None  # the node the file belongs to; None for job-level files
     kind: str  # one of vocab.SOURCE_KINDS, recognised from content
-    trusted: bool  # written by the kernel, system daemons or Slurm, never by the job's user
+    provenance: Provenance  # who could have written it (only trusted provenance may act)
     data: bytes  # decompressed content, possibly capped
     # Lines of the original file before data's first line (the head dropped by the size cap):
     # original line number = line_offset + line number in data.  None: not counted (huge file).
@@ -40,6 +44,10 @@ class SourceFile:
     cap: int = 0
     size: int = -1  # bytes of content (of the kept part on disk for a streamed file)
     years: tuple[int, ...] | None = None  # full-date years in its head and tail (see evidence_year)
+
+    @property
+    def trusted(self) -> bool:
+        return self.provenance.trusted
 
     def original_line(self, lineno: int) -> int:
         """The real source's number for line `lineno` of `data` (data may hold only the tail)."""

@@ -10,12 +10,12 @@ NOW = 1_780_000_000.0
 
 
 def row(job_id, node, *, days_ago, domain="gpu", category="gpu_fell_off_bus", quality="likely", gpu=None, xid=None,
-        systemic=False, uuid=None) -> Row:
+        systemic=False, uuid=None, trusted=True) -> Row:
     when = NOW - days_ago * DAY
     gpus = [{"node": node, "pci_bus_id": gpu, "xid": xid, "uuid": uuid}] if gpu else []
     return Row(job_id=job_id, user="u", uid=1, state="FAILED", domain=domain, category=category, quality=quality,
                culprit_nodes=[node], drains=[], drain_note="", summary="", analysed_at=when, owner_ok=True,
-               path="/x", cause_time=when, gpus=gpus, systemic=systemic)
+               path="/x", cause_time=when, gpus=gpus, systemic=systemic, trusted=trusted)
 
 
 def test_two_likely_jobs_in_the_window_make_a_repeat_offender():
@@ -25,6 +25,14 @@ def test_two_likely_jobs_in_the_window_make_a_repeat_offender():
     [entry] = fleet_drains([offender], 14, set())
     assert entry["node"] == "gpu07" and entry["reason"].startswith("sattrib: repeat node fault in 2 jobs/14d")
     assert entry["status"] == "recommended" and entry["jobs"] == ["1", "2"]
+
+
+def test_causes_resting_on_user_writable_lines_never_strike():
+    """Jobs printing `srun: error: Node failure on gpu09` named gpu09 `likely` from their own
+    output: untrusted, so however many there are, the fleet names no offender and drains nothing."""
+    rows = [row(str(n), "gpu09", days_ago=n, domain="host", category="node_failure", trusted=False) for n in range(1, 6)]
+    rows += [row("9", "gpu07", days_ago=1, gpu="0000:3b:00", xid=79, trusted=False), row("10", "gpu07", days_ago=2)]
+    assert repeat_offenders(rows, NOW) == []
 
 
 def test_outside_the_window_systemic_ambiguous_and_software_causes_do_not_count():

@@ -1,0 +1,211 @@
+"""Provenance decides trust: only what no user could have written drains or confirms hardware.
+
+Every case is analysed twice where it matters: once as the operator's (files root owns) to show
+the line itself is one the rules read as a cause, and once as a user's to show it then acts on
+nothing.  The user is a real unprivileged uid (`nobody`) owning real files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pwd
+import shutil
+from pathlib import Path
+
+import pytest
+
+from slurm_attrib.capture.sources import declared_provenance, default_sources, file_provenance
+from slurm_attrib.engine.pipeline import analyze_evidence, analyze_path, load_any
+from slurm_attrib.ingest.ownership import OwnerCheck
+from slurm_attrib.provenance import Provenance, supports_verdict
+
+XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
+JOB = {"job_id": "7", "state": "FAILED", "exit_code": "1:0", "start": "2026-12-02T13:00:00", "end": "2026-12-02T13:10:00",
+       "nodes": ["gpu01", "gpu02"]}
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand files to another uid")
+
+
+def logs_folder(path: Path, files: dict[str, str]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "job.json").write_text(json.dumps(JOB))
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    return path
+
+
+def chown_tree(path: Path, user: str = "nobody") -> None:
+    entry = pwd.getpwnam(user)
+    for folder, dirs, files in os.walk(path):
+        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+            os.chown(name, entry.pw_uid, entry.pw_gid)
+
+
+KERNEL_XID = {"gpu02/dmesg.txt": f"2026-12-02T13:04:06,000000+00:00 {XID}\n", "slurm-7.out": "Traceback: boom\n"}
+
+
+def test_the_operators_kernel_log_drains(tmp_path):
+    diagnosis = analyze_path(logs_folder(tmp_path / "job", KERNEL_XID))
+    assert (diagnosis.category, diagnosis.quality) == ("gpu_fell_off_bus", "confirmed")
+    assert [d.node for d in diagnosis.drain] == ["gpu02"]
+
+
+@root_only
+def test_a_node_folder_a_user_made_is_a_claim(tmp_path):
+    folder = logs_folder(tmp_path / "job", KERNEL_XID)
+    chown_tree(folder / "gpu02")
+    diagnosis = analyze_path(folder)
+    assert diagnosis.category == "gpu_fell_off_bus"  # the claim keeps its meaning...
+    assert diagnosis.quality != "confirmed" and diagnosis.drain == []  # ...and acts on nothing
+
+
+@root_only
+def test_a_folder_others_may_write_is_a_claim(tmp_path):
+    folder = logs_folder(tmp_path / "job", KERNEL_XID)
+    os.chmod(folder / "gpu02", 0o777)
+    assert analyze_path(folder).drain == []
+
+
+@root_only
+def test_a_job_record_a_user_wrote_is_no_slurm_verdict(tmp_path):
+    folder = logs_folder(tmp_path / "job", {"slurm-7.out": "hello\n"})
+    (folder / "job.json").write_text(json.dumps({**JOB, "state": "NODE_FAIL"}))
+    assert load_any(folder).job.provenance is Provenance.DAEMON
+    os.chown(folder / "job.json", pwd.getpwnam("nobody").pw_uid, -1)
+    evidence = load_any(folder)
+    assert evidence.job.provenance is Provenance.USER
+    diagnosis = analyze_evidence(evidence)
+    assert diagnosis.drain == [] and diagnosis.quality != "confirmed"
+
+
+def test_an_upload_vouches_for_nothing(tmp_path):
+    folder = logs_folder(tmp_path / "job", KERNEL_XID)
+    evidence = load_any(folder, vouch=False)
+    assert {f.provenance for f in evidence.files} == {Provenance.USER}
+    diagnosis = analyze_evidence(evidence)
+    assert diagnosis.drain == [] and diagnosis.quality != "confirmed"
+
+
+@pytest.mark.parametrize("program", ["alice[4242]", "kernel", "python3"])
+def test_a_syslog_line_is_no_kernel_report_whatever_its_tag(tmp_path, program):
+    """`logger -t kernel 'NVRM: Xid ...'` lands in syslog looking like the kernel's own line."""
+    folder = logs_folder(tmp_path / "job", {
+        "gpu02/syslog": f"Dec  2 13:04:00 gpu02 systemd[1]: Started Session 4.\nDec  2 13:04:06 gpu02 {program}: {XID}\n",
+        "slurm-7.out": "Traceback: boom\n",
+    })
+    diagnosis = analyze_path(folder)
+    assert diagnosis.drain == [] and diagnosis.quality != "confirmed"
+
+
+def test_a_line_never_makes_a_node_outside_the_job_a_culprit(tmp_path):
+    folder = logs_folder(tmp_path / "job", {"slurm-7.out": "srun: error: Node failure on gpu09\nsrun: error: gpu09: task 3: Killed\n"})
+    diagnosis = analyze_path(folder)
+    assert "gpu09" not in diagnosis.culprit_nodes
+    assert all(d.node != "gpu09" for d in diagnosis.drain)
+
+
+def bundle(folder: Path, node: str, sources: list[dict]) -> None:
+    (folder / "nodes").mkdir(parents=True, exist_ok=True)
+    data = {"format": "sattrib-node-bundle", "version": 1, "node": node,
+            "job": {"job_id": "7", "state": "FAILED", "nodes": ["gpu01", "gpu02"], "start": 1796216400, "end": 1796217000},
+            "sources": sources}
+    with gzip.open(folder / "nodes" / f"{node}.json.gz", "wt") as out:
+        json.dump(data, out)
+
+
+def source(name: str, kind: str, line: str, provenance: str | None) -> dict:
+    entry = {"name": name, "kind": kind, "status": "ok", "lines": [[1, line]]}
+    if provenance is not None:
+        entry["provenance"] = provenance
+    return entry
+
+
+KERNEL_LINE = f"2026-12-02T13:04:06.000000+00:00 gpu02 kernel: {XID}"
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "provenance", "drains"),
+    [
+        ("kernel", "kernel", "kernel", True),
+        ("kernel", "kernel", None, True),  # a bundle from before provenance was recorded: its kind's
+        ("kernel", "kernel", "daemon", False),  # rsyslog's kern.log: a copy a daemon wrote
+        ("syslog", "syslog", "daemon", False),  # a root service's journal line quoting an Xid
+        ("syslog", "syslog", None, False),  # old bundles read every uid's journal lines
+        ("syslog", "syslog", "user", False),  # /var/log/syslog, which `logger` writes
+        ("kernel", "kernel", "nonsense", False),
+    ],
+)
+def test_bundle_sources_act_only_on_kernel_provenance(tmp_path, name, kind, provenance, drains):
+    folder = tmp_path / "7"
+    bundle(folder, "gpu02", [source(name, kind, KERNEL_LINE, provenance)])
+    bundle(folder, "gpu01", [])
+    diagnosis = analyze_path(folder)
+    assert diagnosis.category == "gpu_fell_off_bus"
+    assert bool(diagnosis.drain) is drains
+
+
+@root_only
+def test_a_bundle_a_user_owns_is_a_claim(tmp_path):
+    folder = tmp_path / "7"
+    bundle(folder, "gpu02", [source("kernel", "kernel", KERNEL_LINE, "kernel")])
+    bundle(folder, "gpu01", [])
+    assert analyze_path(folder).drain
+    chown_tree(folder)
+    assert analyze_path(folder).drain == []
+
+
+@root_only
+def test_owner_check_walks_every_folder_from_the_root(tmp_path):
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    (deep / "f").write_text("x")
+    assert OwnerCheck(tmp_path).vouches(Path("a/b/c/f"))
+    os.chown(tmp_path / "a" / "b", pwd.getpwnam("nobody").pw_uid, -1)
+    assert not OwnerCheck(tmp_path).vouches(Path("a/b/c/f"))
+    assert not OwnerCheck(tmp_path, enabled=False).vouches(Path("a/b/c/f"))
+
+
+def test_kernel_reading_rules_need_the_kernels_own_log():
+    assert supports_verdict(Provenance.KERNEL, reads_kernel=True)
+    assert not supports_verdict(Provenance.DAEMON, reads_kernel=True)
+    assert supports_verdict(Provenance.DAEMON, reads_kernel=False)
+    assert supports_verdict(Provenance.PROBE, reads_kernel=False)
+    assert not supports_verdict(Provenance.USER, reads_kernel=False)
+
+
+def test_capture_sources_say_who_can_write_them(tmp_path):
+    by_origin = {(s.name, s.path or (s.command[:1] or ("",))[0]): declared_provenance(s) for s in default_sources()}
+    assert by_origin[("kernel", "journalctl")] is Provenance.KERNEL
+    assert by_origin[("kernel", "dmesg")] is Provenance.KERNEL
+    assert by_origin[("kernel", "/var/log/kern.log")] is Provenance.DAEMON
+    assert by_origin[("syslog", "journalctl")] is Provenance.DAEMON
+    assert by_origin[("syslog", "/var/log/syslog")] is Provenance.USER
+    assert by_origin[("job_stdout", "")] is Provenance.USER
+    assert by_origin[("nvidia_smi", "nvidia-smi")] is Provenance.PROBE
+    journal = next(s for s in default_sources() if s.name == "syslog" and s.command)
+    assert "_UID=0" in journal.command  # root's services only: a user's `logger` line is not read
+
+
+def test_a_configured_file_vouches_for_its_kind_only_when_only_root_writes_it(tmp_path):
+    from slurm_attrib.config import SourceConfig
+
+    src = SourceConfig(name="gpu_log", kind="kernel", path=str(tmp_path / "f"))
+    (tmp_path / "f").write_text("x")
+    os.chmod(tmp_path / "f", 0o644)
+    info = os.stat(tmp_path / "f")
+    assert file_provenance(src, info) is (Provenance.KERNEL if info.st_uid == 0 else Provenance.USER)
+    os.chmod(tmp_path / "f", 0o666)
+    assert file_provenance(src, os.stat(tmp_path / "f")) is Provenance.USER
+
+
+@pytest.mark.skipif(shutil.which("logger") is None, reason="no logger")
+def test_the_hook_layouts_forged_logger_line_recommends_no_drain(tmp_path):
+    """The developers' before-stop check, as a test: a user's logger line in a node's syslog."""
+    folder = tmp_path / "c"
+    (folder / "gpu02").mkdir(parents=True)
+    (folder / "job.json").write_text('{"job_id": "1", "state": "FAILED", "nodes": ["gpu01", "gpu02"]}')
+    (folder / "gpu02" / "syslog").write_text(
+        "Dec  2 13:30:00 gpu02 alice[4242]: NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python, GPU has fallen off the bus.\n")
+    assert analyze_path(folder).drain == []
