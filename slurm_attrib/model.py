@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from slurm_attrib.provenance import Provenance
+
 SCHEMA_VERSION = "1.0"
 
 Domain = Literal["gpu", "network", "host", "storage", "application", "scheduler", "none", "unknown"]
@@ -26,6 +28,8 @@ class EvidenceLine(Model):
     role: Role
     rule: str | None = Field(default=None, description="Id of the rule that matched the line")
     time_inferred: bool = Field(default=False, description="The line has no time of its own; taken from a nearby line")
+    provenance: Provenance | None = Field(
+        default=None, description="Who could have written the line: kernel, daemon, probe or user (user lines never act)")
 
 
 class Drain(Model):

@@ -192,6 +192,7 @@ def evidence_lines(events: list[Event], verdict: Verdict, source_nodes: dict[str
                     role=role,
                     rule=event.rule_id,
                     time_inferred=event.time_inherited,
+                    provenance=event.provenance,
                 )
             )
     return lines

@@ -24,7 +24,7 @@ from slurm_attrib.ingest.timestamps import (
 )
 from slurm_attrib.ingest.readers import Window
 from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
-from slurm_attrib.provenance import supports_verdict
+from slurm_attrib.provenance import Provenance, supports_verdict
 from slurm_attrib.ruleset.scanner import Hit, Scanner
 
 
@@ -42,6 +42,7 @@ class Event:
     line: int
     text: str
     kind: str
+    provenance: Provenance
     trusted: bool  # provenance.supports_verdict: may support a drain, a fleet strike, `confirmed`
     kernel_side: bool  # the rule reads kernel messages: anywhere but the kernel's own log, a claim
     order: tuple[int, int]  # (file index, line): the order of lines that have no time
@@ -308,6 +309,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
         line=source.original_line(hit.lineno),
         text=hit.text,
         kind=source.kind,
+        provenance=source.provenance,
         trusted=supports_verdict(source.provenance, reads_kernel=kernel_side and source.kind in LOG_KINDS),
         kernel_side=kernel_side,
         order=(index, hit.lineno),

@@ -53,6 +53,7 @@ def job_state_events(evidence: Evidence) -> list[Event]:
             line=_line_of(evidence, source, '"state"'),
             text=f"state: {job.state}",
             kind="job",
+            provenance=job.provenance,
             trusted=supports_verdict(job.provenance, reads_kernel=False),
             kernel_side=False,
             order=(-1, 0),
