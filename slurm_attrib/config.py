@@ -100,6 +100,9 @@ class PrometheusConfig:
 class Config:
     spool: str = "/var/spool/sattrib"  # shared filesystem: <spool>/<jobid>/nodes/<node>.json.gz
     local_spool: str = "/var/tmp/sattrib"  # fallback when the shared spool is not writable
+    # SlurmUser of slurm.conf: the controller's worker runs as it, and spool files are readable by
+    # root and its group only; empty: SlurmUser= of slurm.conf ($SLURM_CONF), else root.
+    slurm_user: str = ""
     results: str = "/var/lib/sattrib/results"  # <results>/<jobid>/diagnosis.{json,txt}, index.db
     epilog_timeout: float = 10.0  # the epilog's hard bound, all sources included
     bundle_max_bytes: int = 16 * 1024 * 1024
