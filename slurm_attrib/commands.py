@@ -37,16 +37,32 @@ def _store(config):
     return Store(config.results, config.admin_group, config.index_url)
 
 
-def _privileged(config) -> bool:
+def _privileged() -> bool:
+    """Root, or a member of the admin_group of a config only root can write (never the caller's
+    own config: config.admin_group_for_gates)."""
+    from slurm_attrib.config import ConfigError, admin_group_for_gates
+
     if os.geteuid() == 0:
         return True
-    if config.admin_group:
-        try:
-            gid = grp.getgrnam(config.admin_group).gr_gid
-        except KeyError:
-            return False
-        return gid in os.getgroups() or gid == os.getegid()
-    return False
+    try:
+        admin_group, _ = admin_group_for_gates()
+    except ConfigError as exc:
+        raise SattribError(str(exc)) from None
+    if not admin_group:
+        return False
+    try:
+        gid = grp.getgrnam(admin_group).gr_gid
+    except KeyError:
+        return False
+    return gid in os.getgroups() or gid == os.getegid()
+
+
+def _require_admin(command: str) -> None:
+    if not _privileged():
+        from slurm_attrib.config import admin_group_for_gates
+
+        _, path = admin_group_for_gates()
+        raise SattribError(f"{command} is for administrators (root, or admin_group of the root-owned {path})")
 
 
 def _fail(code: int, message: str) -> None:
@@ -72,7 +88,7 @@ def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
 
     config = _config()
     store = _store(config)
-    privileged = _privileged(config)
+    privileged = _privileged()
     me = os.getuid()
     try:
         store.job_dir(job_id)
@@ -119,8 +135,7 @@ def report(since: str, fmt: str, as_json: bool) -> None:
     from slurm_attrib.fleet import report as fleet_report
 
     config = _config()
-    if not _privileged(config):
-        raise SattribError("report is for administrators (root or admin_group)")
+    _require_admin("report")
     data = fleet_report.fleet_report(_store(config), config, time.time(), fleet_report.parse_days(since))
     fmt = "json" if as_json else fmt
     render = {"json": fleet_report.render_json, "csv": fleet_report.render_csv, "text": fleet_report.render_text}[fmt]
@@ -151,8 +166,7 @@ def drain(mode: str, nodes: tuple[str, ...]) -> None:
         for e in fleet:
             click.echo(f"{e['node']}\tfleet {','.join(e['jobs'])}\t{e['reason']}")
         return
-    if os.geteuid() != 0 and not _privileged(config):
-        raise SattribError("drain --apply needs root (or SlurmUser) rights")
+    _require_admin("drain --apply")
     backend = _backend(config)
     done = apply_pending(store, backend, nodes)
     drained = {e["node"] for _, e in done}
@@ -351,8 +365,7 @@ def metrics(textfile: Path | None) -> None:
     from slurm_attrib.fleet.metrics import metrics_text, write_textfile
 
     config = _config()
-    if not _privileged(config):
-        raise SattribError("metrics is for administrators (root or admin_group)")
+    _require_admin("metrics")
     text = metrics_text(_store(config), config, time.time())
     if textfile is None:
         click.echo(text, nl=False)
@@ -371,8 +384,7 @@ def webhooks(retry: bool, job_id: str | None) -> None:
     from slurm_attrib import notify
 
     config = _config()
-    if not _privileged(config):
-        raise SattribError("webhooks is for administrators (root or admin_group)")
+    _require_admin("webhooks")
     if not retry and not job_id:
         raise SattribError("give --retry or --test JOBID")
     if job_id:

@@ -175,6 +175,44 @@ def load_config(path: Path | None = None) -> Config:
         return Config()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
+    return _config_of_text(text, path)
+
+
+def admin_group_for_gates() -> tuple[str, Path]:
+    """(admin_group, the file that set it) for the command line's admin gates.  Only a file that
+    root owns and only root can write decides who is an administrator: $SATTRIB_CONFIG when it is
+    such a file, else /etc/sattrib/config.yaml (a caller's own config may set anything else, but
+    cannot make anyone an administrator).  No such file: "" (root only).  Raises ConfigError when
+    the default file could have been written by someone else."""
+    if os.environ.get(ENV_VAR):
+        chosen = Path(os.environ[ENV_VAR])
+        try:
+            return _root_owned_config(chosen).admin_group, chosen
+        except (FileNotFoundError, ConfigError):
+            pass
+    try:
+        return _root_owned_config(DEFAULT_PATH).admin_group, DEFAULT_PATH
+    except FileNotFoundError:
+        return "", DEFAULT_PATH
+
+
+def _root_owned_config(path: Path) -> Config:
+    """The config in `path`, read through one descriptor whose owner and mode are checked."""
+    try:
+        with open(path, "rb") as stream:
+            info = os.fstat(stream.fileno())
+            if info.st_uid != 0 or info.st_mode & 0o022:
+                raise ConfigError(f"{path} decides who is an administrator but is not owned by root, or "
+                                  f"is writable by group or others (chown root; chmod go-w)")
+            text = stream.read(4 * 1024 * 1024).decode("utf-8")
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    return _config_of_text(text, path)
+
+
+def _config_of_text(text: str, path: Path) -> Config:
     import yaml  # only when a file exists
 
     try:

@@ -218,10 +218,11 @@ def _write_job_json(job_dir: Path, info) -> None:
     """Leave the controller's job record next to the bundles (for re-analysis with
     `sattrib analyze <spool>/<jobid>`); best effort."""
     try:
-        (job_dir / "nodes").mkdir(parents=True, exist_ok=True)
+        for folder in (job_dir, job_dir / "nodes"):  # the spool's modes (capture.common)
+            folder.mkdir(mode=0o750, exist_ok=True)
         tmp = job_dir / f".job.json.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(info.record(), indent=1) + "\n", encoding="utf-8")
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o640)
         os.replace(tmp, job_dir / "job.json")
     except OSError as exc:
         log(f"job {info.job_id}: cannot write {job_dir}/job.json ({exc.strerror or exc}); using it in memory")
