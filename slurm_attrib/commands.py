@@ -34,7 +34,7 @@ def _config():
 def _store(config):
     from slurm_attrib.store import Store
 
-    return Store(config.results, config.admin_group, config.index_url)
+    return Store(config.results, config.admin_group, config.index_url, config.index_visibility)
 
 
 def _privileged() -> bool:
@@ -106,12 +106,20 @@ def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
             _fail(NOT_YOURS, f"job {job_id} is not your job (diagnosis not readable)")
         except FileNotFoundError:
             _fail(PENDING, f"job {job_id}: no diagnosis yet (analysis pending)")
-        if html_out:
-            _write_html(text, html_out)
-            return
-        click.echo(text, nl=not text.endswith("\n"))
+        _print_diagnosis(text, html_out)
         return
-    # Not in the index: ask Slurm why.
+    # Not in the index, or the index is not readable by this user (PrivateData): the per-user
+    # files, whose permissions say whose they are.
+    try:
+        text = store.read(job_id, JSON_NAME if as_json or html_out else TEXT_NAME)
+    except PermissionError:
+        _fail(NOT_YOURS, f"job {job_id}: its diagnosis is not readable by you (not your job, or stored without per-user access)")
+    except FileNotFoundError:
+        pass
+    else:
+        _print_diagnosis(text, html_out)
+        return
+    # No diagnosis: ask Slurm why.
     try:
         info = _backend(config).job_info(job_id)
     except SlurmError as exc:
@@ -123,6 +131,20 @@ def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
     if info.active:
         _fail(RUNNING, f"job {job_id} still running (state {info.state}): the diagnosis comes after it ends")
     _fail(PENDING, f"job {job_id} ended ({info.state}): no diagnosis yet (analysis pending)")
+
+
+def _write_html(json_text: str, path: Path) -> None:
+    from slurm_attrib.model import Diagnosis
+    from slurm_attrib.render import render_html
+
+    path.write_text(render_html(Diagnosis.model_validate_json(json_text)), encoding="utf-8")
+
+
+def _print_diagnosis(text: str, html_out: Path | None) -> None:
+    if html_out:
+        _write_html(text, html_out)
+        return
+    click.echo(text, nl=not text.endswith("\n"))
 
 
 @click.command()

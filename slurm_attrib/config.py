@@ -141,6 +141,11 @@ class Config:
     # The results index: empty = SQLite in `results` (index.db); a postgresql:// URL = that database
     # (for writers on several hosts at once; needs the `postgres` extra).
     index_url: str = ""
+    # Who may read the SQLite index (job ids, users, states, node names; no log text): `auto` =
+    # everyone where Slurm shows everyone's jobs anyway (PrivateData without jobs), else only its
+    # writers and admin_group; `everyone` / `own` decide it here.  Users then read their own
+    # diagnoses through their per-user files (sattrib show) or the service.
+    index_visibility: str = "auto"
     # Evidence connectors beside the local files and node bundles (slurm_attrib.connectors):
     # each is bounded in time and size, and its failure is recorded in coverage, never fatal.
     loki: LokiConfig = LokiConfig()
@@ -148,6 +153,7 @@ class Config:
 
 
 DRAIN_POLICIES = ("off", "recommend", "auto")
+INDEX_VISIBILITIES = ("auto", "everyone", "own")
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
@@ -246,6 +252,8 @@ def _config_from(data: dict, path: Path) -> Config:
     config = replace(Config(), **values)
     if config.drain_policy not in DRAIN_POLICIES:
         raise ConfigError(f"{path}: drain_policy {config.drain_policy!r} is not one of {', '.join(DRAIN_POLICIES)}")
+    if config.index_visibility not in INDEX_VISIBILITIES:
+        raise ConfigError(f"{path}: index_visibility {config.index_visibility!r} is not one of {', '.join(INDEX_VISIBILITIES)}")
     if index_url_problem(config.index_url):
         raise ConfigError(f"{path}: {index_url_problem(config.index_url)}")
     return config

@@ -160,7 +160,7 @@ def _analyse_and_store(facts: JobFacts, config, backend, apply: bool, how: str):
     uid = info.uid if info is not None and info.uid is not None else _env_int(env, "SLURM_JOB_UID")
     user = (info.user if info is not None else None) or env.get("SLURM_JOB_USER")
     state = info.state if info is not None else evidence.job.state
-    store = Store(config.results, config.admin_group, config.index_url)
+    store = Store(config.results, config.admin_group, config.index_url, config.index_visibility)
     row = store.save(
         facts.job_id, diagnosis, render_text(diagnosis), uid=uid, user=user, state=state, drains=entries,
         drain_note=note, rule_pack=pack_version([Path(d) for d in config.rule_dirs]), evidence=str(facts.job_dir),
