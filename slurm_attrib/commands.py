@@ -34,19 +34,35 @@ def _config():
 def _store(config):
     from slurm_attrib.store import Store
 
-    return Store(config.results, config.admin_group, config.index_url)
+    return Store(config.results, config.admin_group, config.index_url, config.index_visibility)
 
 
-def _privileged(config) -> bool:
+def _privileged() -> bool:
+    """Root, or a member of the admin_group of a config only root can write (never the caller's
+    own config: config.admin_group_for_gates)."""
+    from slurm_attrib.config import ConfigError, admin_group_for_gates
+
     if os.geteuid() == 0:
         return True
-    if config.admin_group:
-        try:
-            gid = grp.getgrnam(config.admin_group).gr_gid
-        except KeyError:
-            return False
-        return gid in os.getgroups() or gid == os.getegid()
-    return False
+    try:
+        admin_group, _ = admin_group_for_gates()
+    except ConfigError as exc:
+        raise SattribError(str(exc)) from None
+    if not admin_group:
+        return False
+    try:
+        gid = grp.getgrnam(admin_group).gr_gid
+    except KeyError:
+        return False
+    return gid in os.getgroups() or gid == os.getegid()
+
+
+def _require_admin(command: str) -> None:
+    if not _privileged():
+        from slurm_attrib.config import admin_group_for_gates
+
+        _, path = admin_group_for_gates()
+        raise SattribError(f"{command} is for administrators (root, or admin_group of the root-owned {path})")
 
 
 def _fail(code: int, message: str) -> None:
@@ -72,7 +88,7 @@ def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
 
     config = _config()
     store = _store(config)
-    privileged = _privileged(config)
+    privileged = _privileged()
     me = os.getuid()
     try:
         store.job_dir(job_id)
@@ -90,12 +106,20 @@ def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
             _fail(NOT_YOURS, f"job {job_id} is not your job (diagnosis not readable)")
         except FileNotFoundError:
             _fail(PENDING, f"job {job_id}: no diagnosis yet (analysis pending)")
-        if html_out:
-            _write_html(text, html_out)
-            return
-        click.echo(text, nl=not text.endswith("\n"))
+        _print_diagnosis(text, html_out)
         return
-    # Not in the index: ask Slurm why.
+    # Not in the index, or the index is not readable by this user (PrivateData): the per-user
+    # files, whose permissions say whose they are.
+    try:
+        text = store.read(job_id, JSON_NAME if as_json or html_out else TEXT_NAME)
+    except PermissionError:
+        _fail(NOT_YOURS, f"job {job_id}: its diagnosis is not readable by you (not your job, or stored without per-user access)")
+    except FileNotFoundError:
+        pass
+    else:
+        _print_diagnosis(text, html_out)
+        return
+    # No diagnosis: ask Slurm why.
     try:
         info = _backend(config).job_info(job_id)
     except SlurmError as exc:
@@ -109,6 +133,20 @@ def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
     _fail(PENDING, f"job {job_id} ended ({info.state}): no diagnosis yet (analysis pending)")
 
 
+def _write_html(json_text: str, path: Path) -> None:
+    from slurm_attrib.model import Diagnosis
+    from slurm_attrib.render import render_html
+
+    path.write_text(render_html(Diagnosis.model_validate_json(json_text)), encoding="utf-8")
+
+
+def _print_diagnosis(text: str, html_out: Path | None) -> None:
+    if html_out:
+        _write_html(text, html_out)
+        return
+    click.echo(text, nl=not text.endswith("\n"))
+
+
 @click.command()
 @click.option("--since", "since", default="7d", show_default=True, help="How far back: 7d, 12h, 2w, or days.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "csv"]), default="text", show_default=True)
@@ -119,8 +157,7 @@ def report(since: str, fmt: str, as_json: bool) -> None:
     from slurm_attrib.fleet import report as fleet_report
 
     config = _config()
-    if not _privileged(config):
-        raise SattribError("report is for administrators (root or admin_group)")
+    _require_admin("report")
     data = fleet_report.fleet_report(_store(config), config, time.time(), fleet_report.parse_days(since))
     fmt = "json" if as_json else fmt
     render = {"json": fleet_report.render_json, "csv": fleet_report.render_csv, "text": fleet_report.render_text}[fmt]
@@ -151,8 +188,7 @@ def drain(mode: str, nodes: tuple[str, ...]) -> None:
         for e in fleet:
             click.echo(f"{e['node']}\tfleet {','.join(e['jobs'])}\t{e['reason']}")
         return
-    if os.geteuid() != 0 and not _privileged(config):
-        raise SattribError("drain --apply needs root (or SlurmUser) rights")
+    _require_admin("drain --apply")
     backend = _backend(config)
     done = apply_pending(store, backend, nodes)
     drained = {e["node"] for _, e in done}
@@ -351,8 +387,7 @@ def metrics(textfile: Path | None) -> None:
     from slurm_attrib.fleet.metrics import metrics_text, write_textfile
 
     config = _config()
-    if not _privileged(config):
-        raise SattribError("metrics is for administrators (root or admin_group)")
+    _require_admin("metrics")
     text = metrics_text(_store(config), config, time.time())
     if textfile is None:
         click.echo(text, nl=False)
@@ -371,8 +406,7 @@ def webhooks(retry: bool, job_id: str | None) -> None:
     from slurm_attrib import notify
 
     config = _config()
-    if not _privileged(config):
-        raise SattribError("webhooks is for administrators (root or admin_group)")
+    _require_admin("webhooks")
     if not retry and not job_id:
         raise SattribError("give --retry or --test JOBID")
     if job_id:

@@ -105,6 +105,9 @@ class PrometheusConfig:
 class Config:
     spool: str = "/var/spool/sattrib"  # shared filesystem: <spool>/<jobid>/nodes/<node>.json.gz
     local_spool: str = "/var/tmp/sattrib"  # fallback when the shared spool is not writable
+    # SlurmUser of slurm.conf: the controller's worker runs as it, and spool files are readable by
+    # root and its group only; empty: SlurmUser= of slurm.conf ($SLURM_CONF), else root.
+    slurm_user: str = ""
     results: str = "/var/lib/sattrib/results"  # <results>/<jobid>/diagnosis.{json,txt}, index.db
     epilog_timeout: float = 10.0  # the epilog's hard bound, all sources included
     bundle_max_bytes: int = 16 * 1024 * 1024
@@ -143,6 +146,11 @@ class Config:
     # The results index: empty = SQLite in `results` (index.db); a postgresql:// URL = that database
     # (for writers on several hosts at once; needs the `postgres` extra).
     index_url: str = ""
+    # Who may read the SQLite index (job ids, users, states, node names; no log text): `auto` =
+    # everyone where Slurm shows everyone's jobs anyway (PrivateData without jobs), else only its
+    # writers and admin_group; `everyone` / `own` decide it here.  Users then read their own
+    # diagnoses through their per-user files (sattrib show) or the service.
+    index_visibility: str = "auto"
     # Evidence connectors beside the local files and node bundles (slurm_attrib.connectors):
     # each is bounded in time and size, and its failure is recorded in coverage, never fatal.
     loki: LokiConfig = LokiConfig()
@@ -150,6 +158,7 @@ class Config:
 
 
 DRAIN_POLICIES = ("off", "recommend", "auto")
+INDEX_VISIBILITIES = ("auto", "everyone", "own")
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
@@ -177,6 +186,44 @@ def load_config(path: Path | None = None) -> Config:
         return Config()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
+    return _config_of_text(text, path)
+
+
+def admin_group_for_gates() -> tuple[str, Path]:
+    """(admin_group, the file that set it) for the command line's admin gates.  Only a file that
+    root owns and only root can write decides who is an administrator: $SATTRIB_CONFIG when it is
+    such a file, else /etc/sattrib/config.yaml (a caller's own config may set anything else, but
+    cannot make anyone an administrator).  No such file: "" (root only).  Raises ConfigError when
+    the default file could have been written by someone else."""
+    if os.environ.get(ENV_VAR):
+        chosen = Path(os.environ[ENV_VAR])
+        try:
+            return _root_owned_config(chosen).admin_group, chosen
+        except (FileNotFoundError, ConfigError):
+            pass
+    try:
+        return _root_owned_config(DEFAULT_PATH).admin_group, DEFAULT_PATH
+    except FileNotFoundError:
+        return "", DEFAULT_PATH
+
+
+def _root_owned_config(path: Path) -> Config:
+    """The config in `path`, read through one descriptor whose owner and mode are checked."""
+    try:
+        with open(path, "rb") as stream:
+            info = os.fstat(stream.fileno())
+            if info.st_uid != 0 or info.st_mode & 0o022:
+                raise ConfigError(f"{path} decides who is an administrator but is not owned by root, or "
+                                  f"is writable by group or others (chown root; chmod go-w)")
+            text = stream.read(4 * 1024 * 1024).decode("utf-8")
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    return _config_of_text(text, path)
+
+
+def _config_of_text(text: str, path: Path) -> Config:
     import yaml  # only when a file exists
 
     try:
@@ -210,6 +257,8 @@ def _config_from(data: dict, path: Path) -> Config:
     config = replace(Config(), **values)
     if config.drain_policy not in DRAIN_POLICIES:
         raise ConfigError(f"{path}: drain_policy {config.drain_policy!r} is not one of {', '.join(DRAIN_POLICIES)}")
+    if config.index_visibility not in INDEX_VISIBILITIES:
+        raise ConfigError(f"{path}: index_visibility {config.index_visibility!r} is not one of {', '.join(INDEX_VISIBILITIES)}")
     if index_url_problem(config.index_url):
         raise ConfigError(f"{path}: {index_url_problem(config.index_url)}")
     return config

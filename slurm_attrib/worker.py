@@ -160,7 +160,7 @@ def _analyse_and_store(facts: JobFacts, config, backend, apply: bool, how: str):
     uid = info.uid if info is not None and info.uid is not None else _env_int(env, "SLURM_JOB_UID")
     user = (info.user if info is not None else None) or env.get("SLURM_JOB_USER")
     state = info.state if info is not None else evidence.job.state
-    store = Store(config.results, config.admin_group, config.index_url)
+    store = Store(config.results, config.admin_group, config.index_url, config.index_visibility)
     row = store.save(
         facts.job_id, diagnosis, render_text(diagnosis), uid=uid, user=user, state=state, drains=entries,
         drain_note=note, rule_pack=pack_version([Path(d) for d in config.rule_dirs]), evidence=str(facts.job_dir),
@@ -218,10 +218,11 @@ def _write_job_json(job_dir: Path, info) -> None:
     """Leave the controller's job record next to the bundles (for re-analysis with
     `sattrib analyze <spool>/<jobid>`); best effort."""
     try:
-        (job_dir / "nodes").mkdir(parents=True, exist_ok=True)
+        for folder in (job_dir, job_dir / "nodes"):  # the spool's modes (capture.common)
+            folder.mkdir(mode=0o750, exist_ok=True)
         tmp = job_dir / f".job.json.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(info.record(), indent=1) + "\n", encoding="utf-8")
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o640)
         os.replace(tmp, job_dir / "job.json")
     except OSError as exc:
         log(f"job {info.job_id}: cannot write {job_dir}/job.json ({exc.strerror or exc}); using it in memory")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pwd
 import re
 import stat
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 from slurm_attrib import atomic, hostlist
 
@@ -362,14 +364,79 @@ def nvidia_smi_identity(timeout: float) -> tuple[list[dict], str]:
     return gpus, "ok"
 
 
+# --------------------------------------------------------------------------- spool access
+
+# Bundles hold a job's stdout and kernel lines: readable by root and SlurmUser's group only.
+SPOOL_FILE_MODE = 0o640
+SPOOL_DIR_MODE = 0o750
+SLURM_CONF_PATHS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/usr/local/etc/slurm.conf")
+
+
+@dataclass(frozen=True)
+class SpoolAccess:
+    """Who besides root reads the spool: SlurmUser (the controller's worker runs as it), through
+    its primary group; a job folder owned by anyone else is not written into."""
+
+    user: str
+    uid: int
+    gid: int
+
+
+ROOT_ONLY = SpoolAccess("root", 0, 0)
+
+
+def slurm_user_from_conf(env: dict) -> str | None:
+    """`SlurmUser=` of the first slurm.conf found ($SLURM_CONF first); None: not set there."""
+    paths = [env["SLURM_CONF"]] if env.get("SLURM_CONF") else []
+    for path in [*paths, *SLURM_CONF_PATHS]:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as conf:
+                text = conf.read(1 << 20)
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, sep, value = line.split("#", 1)[0].partition("=")
+            if sep and key.strip().lower() == "slurmuser":
+                return value.strip() or None
+        return None
+    return None
+
+
+def spool_access(slurm_user: str, env: dict) -> tuple[SpoolAccess, str]:
+    """(access, problem): SlurmUser from the config's `slurm_user`, else slurm.conf, else Slurm's
+    default root.  A name unknown on this node gives root-only access and says so."""
+    name = slurm_user or slurm_user_from_conf(env) or "root"
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return ROOT_ONLY, f"SlurmUser {name!r} is not a user on this node: spool files readable by root only"
+    return SpoolAccess(name, entry.pw_uid, entry.pw_gid), ""
+
+
+def _restrict(fd: int, st: os.stat_result, gid: int, mode: int) -> None:
+    """Give an open file or folder the spool's group and mode.  Without the right (not root, or
+    root squashed on the shared filesystem) the group stays; the mode is set when we own it."""
+    if st.st_gid != gid:
+        try:
+            os.fchown(fd, -1, gid)
+        except PermissionError:
+            pass
+    if stat.S_IMODE(st.st_mode) != mode:
+        try:
+            os.fchmod(fd, mode)
+        except PermissionError:
+            pass
+
+
 # --------------------------------------------------------------------------- spool writes
 
 
-def _open_subdir(parent_fd: int, name: str, create: bool) -> int:
-    """Open (optionally create) a real subdirectory, never following a symlink."""
+def _open_subdir(parent_fd: int, name: str, create: bool, access: SpoolAccess) -> int:
+    """Open (optionally create) a real subdirectory owned by us or SlurmUser, never following a
+    symlink, and give it the spool's group and mode."""
     if create:
         try:
-            os.mkdir(name, 0o755, dir_fd=parent_fd)
+            os.mkdir(name, SPOOL_DIR_MODE, dir_fd=parent_fd)
         except FileExistsError:
             pass
     fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
@@ -377,23 +444,38 @@ def _open_subdir(parent_fd: int, name: str, create: bool) -> int:
     if not stat.S_ISDIR(st.st_mode):
         os.close(fd)
         raise CaptureError(f"{name} is not a directory")
+    if st.st_uid not in (os.geteuid(), access.uid):
+        os.close(fd)
+        raise CaptureError(f"{name} is owned by uid {st.st_uid}, neither by us nor by SlurmUser {access.user}")
+    _restrict(fd, st, access.gid, SPOOL_DIR_MODE)
     return fd
 
 
-def atomic_write(root: str, subdirs: list[str], filename: str, data: bytes, create_root: bool = False) -> str:
+def atomic_write(
+    root: str,
+    subdirs: list[str],
+    filename: str,
+    data: bytes,
+    create_root: bool = False,
+    access: SpoolAccess = ROOT_ONLY,
+) -> str:
     """Write <root>/<subdirs...>/<filename> atomically: temp file in the same directory, fsync,
     rename, fsync the directory.  Subdirectories are created, and must be real directories
-    (O_NOFOLLOW); the temp name starts with '.' and never ends in .json.gz.  Returns the path."""
+    (O_NOFOLLOW) owned by us or SlurmUser; folders get mode 0750 and files 0640, both with
+    SlurmUser's group.  The temp name starts with '.' and never ends in .json.gz.  Returns the path."""
     for part in [*subdirs, filename]:
         if not part or "/" in part or part in (".", ".."):
             raise CaptureError(f"invalid path component {part!r}")
     if create_root:
-        os.makedirs(root, 0o755, exist_ok=True)
+        os.makedirs(root, SPOOL_DIR_MODE, exist_ok=True)
     fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)]
     try:
         for part in subdirs:
-            fds.append(_open_subdir(fds[-1], part, create=True))
-        atomic.write_in_dir(fds[-1], filename, data)
+            fds.append(_open_subdir(fds[-1], part, create=True, access=access))
+        atomic.write_in_dir(
+            fds[-1], filename, data, mode=0o600,
+            prepare=lambda fd: _restrict(fd, os.fstat(fd), access.gid, SPOOL_FILE_MODE),
+        )
         return os.path.join(root, *subdirs, filename)
     finally:
         for fd in fds:

@@ -4,13 +4,15 @@
 
 Always exits 0 (a failing Epilog drains the node with "Epilog error"), within
 `epilog_timeout` seconds (default 10): sources share a deadline that leaves time for the write,
-the shared-spool write runs in a thread with its own bound, and a watchdog thread writes what
-there is to the local spool and exits if the main thread is stuck anywhere.  Failures go to
+the shared-spool write runs in a child process the epilog waits for until its write deadline and
+then abandons (a hung network filesystem holds only that child), and a watchdog thread writes
+what there is to the local spool and exits if the main thread is stuck anywhere.  Failures go to
 syslog (ident sattrib-epilog) and into the bundle's `capture.errors`.
 
 Bundle: <spool>/<jobid>/nodes/<node>.json.gz (gzip JSON, written atomically), or the same path
-under `local_spool` when the shared spool is unwritable or hangs.  See `build_bundle` for the
-format (`format: sattrib-node-bundle`, `version: 1`).
+under `local_spool` when the shared spool is unwritable or hangs; mode 0640 with SlurmUser's group
+(folders 0750), since a bundle holds the job's output.  See `build_bundle` for the format
+(`format: sattrib-node-bundle`, `version: 1`).
 """
 
 from __future__ import annotations
@@ -18,15 +20,19 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import select
 import socket
 import sys
 import threading
 import time
+import warnings
 
 from slurm_attrib.capture import common
 from slurm_attrib.capture.common import (
     BUNDLE_FORMAT,
     BUNDLE_VERSION,
+    ROOT_ONLY,
+    SpoolAccess,
     atomic_write,
     expand_hostlist,
     ib_deltas,
@@ -35,6 +41,7 @@ from slurm_attrib.capture.common import (
     read_ib_ports,
     read_json_nofollow,
     read_proc_gpus,
+    spool_access,
     valid_job_id,
     valid_node,
 )
@@ -63,6 +70,7 @@ class Epilog:
         self.claimed = False
         self.claim_lock = threading.Lock()
         self.config = None
+        self.access = ROOT_ONLY
         self.node = node_name(self.env)
         self.job_id = self.env.get("SLURM_JOB_ID") or self.env.get("SLURM_JOBID") or ""
         self.job: dict = {}
@@ -97,6 +105,9 @@ class Epilog:
             self.config = Config()
             self.error(f"config: {type(exc).__name__}: {exc}; using defaults")
         cfg = self.config
+        self.access, problem = spool_access(str(cfg.slurm_user or ""), self.env)
+        if problem:
+            self.error(problem)
         timeout = float(cfg.epilog_timeout or 10.0)
         reserve = min(3.0, max(0.6, 0.2 * timeout))
         self.sources_deadline = self.t0 + timeout - reserve
@@ -294,27 +305,19 @@ class Epilog:
         cfg = self.config
         name = f"{self.node}.json.gz"
         if shared:
-            box: dict = {}
-
-            def attempt() -> None:
-                try:
-                    box["path"] = atomic_write(cfg.spool, [self.job_id, "nodes"], name, self.encode(bundle))
-                except BaseException as exc:  # noqa: BLE001
-                    box["error"] = exc
-
-            t = threading.Thread(target=attempt, daemon=True, name="shared-write")
-            t.start()
-            t.join(max(0.05, self.write_deadline - time.monotonic()))
-            if "path" in box:
-                self.written = {"path": box["path"], "spool": "shared"}
+            path, reason = write_from_child(cfg.spool, [self.job_id, "nodes"], name, self.encode(bundle),
+                                            self.access, max(self.write_deadline, time.monotonic() + 0.05))
+            if path:
+                self.written = {"path": path, "spool": "shared"}
                 self._cleanup_prolog()
                 return
-            reason = box.get("error") or f"no answer within {max(0.0, self.write_deadline - self.t0):.1f}s"
+            reason = reason or f"no answer within {max(0.0, self.write_deadline - self.t0):.1f}s"
             self.error(f"shared spool {cfg.spool} not writable ({reason}); writing to local spool {cfg.local_spool}")
         bundle["capture"]["errors"] = list(self.errors)
         bundle["capture"]["spool"] = "local"
         try:
-            path = atomic_write(cfg.local_spool, [self.job_id, "nodes"], name, self.encode(bundle), create_root=True)
+            path = atomic_write(cfg.local_spool, [self.job_id, "nodes"], name, self.encode(bundle),
+                                create_root=True, access=self.access)
             self.written = {"path": path, "spool": "local"}
             log_syslog(IDENT, f"job {self.job_id} node {self.node}: bundle written to local spool {path}")
         except BaseException as exc:  # noqa: BLE001
@@ -345,6 +348,66 @@ class Epilog:
                 time.sleep(0.5)
         finally:
             os._exit(0)
+
+
+def write_from_child(root: str, subdirs: list[str], name: str, data: bytes, access: SpoolAccess,
+                     deadline: float) -> tuple[str | None, str]:
+    """atomic_write in a forked child, waited for until `deadline` (monotonic): (path, "") when it
+    wrote, (None, why) when it failed, (None, "") when it did not answer in time.  A thread stuck
+    in a hung filesystem would hold the whole process at exit; a child in its own session with
+    no stdio (the wrapper waits for its stderr pipe) is left behind instead."""
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+): the child only writes
+        pid = os.fork()
+    if pid == 0:
+        _child_write(write_end, root, subdirs, name, data, access)
+    os.close(write_end)
+    try:
+        answer = _read_until(read_end, deadline)
+    finally:
+        os.close(read_end)
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reaped when done; a stuck child is init's to reap
+    except ChildProcessError:
+        pass
+    status, _, text = answer.decode("utf-8", "replace").partition(" ")
+    if status == "ok":
+        return text, ""
+    return None, text if status == "error" else ""
+
+
+def _child_write(report_fd: int, root: str, subdirs: list[str], name: str, data: bytes, access: SpoolAccess) -> None:
+    """The forked writer: detach, write, report one line on `report_fd`, exit."""
+    message = b"error child did not start"
+    try:
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.closerange(3, report_fd)
+        os.closerange(report_fd + 1, 1 << 16)
+        message = b"ok " + atomic_write(root, subdirs, name, data, access=access).encode("utf-8", "replace")
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        message = f"error {type(exc).__name__}: {exc}".encode("utf-8", "replace")
+    finally:
+        try:
+            os.write(report_fd, message[:4096])
+        finally:
+            os._exit(0)
+
+
+def _read_until(fd: int, deadline: float) -> bytes:
+    """What the child writes before it closes the pipe, or what came by the deadline."""
+    chunks = []
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            return b""
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 def main() -> None:

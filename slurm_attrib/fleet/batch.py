@@ -11,6 +11,11 @@ the store through its own locking).
 Re-analysing old jobs never drains: a new diagnosis keeps the drain entries already stored for
 it, and otherwise records its recommendations as skipped unless `--drain` asks to recommend
 them (the fleet report's repeat offenders are the way history becomes drains).
+
+A folder never chooses whose job it replaces: a folder named by a job id must be that job (a
+job.json naming another is refused), a stored job is replaced only from a folder owned by root,
+SlurmUser, the user running the batch or the job's own user, and only by evidence naming the same
+user; a new job from a user's folder is stored as that user's.
 """
 
 from __future__ import annotations
@@ -90,14 +95,17 @@ def _jobs_in(source: Path) -> tuple[list[BatchJob], str]:
     if (source / INDEX).is_file():
         return _jobs_of_results_tree(source)
     if _is_job_dir(source):
-        job_id = _job_id_of(source)
-        return ([BatchJob(job_id, source)], "") if job_id else ([], f"{source}: no job id (job.json or a folder named by the job id)")
+        job_id, problem = _job_id_of(source)
+        return ([BatchJob(job_id, source)], "") if job_id else ([], problem)
     try:
         children = sorted(p for p in source.iterdir() if p.is_dir() and not p.name.startswith("."))
     except OSError as exc:
         return [], f"{source}: {exc.strerror or exc}"
-    jobs = [BatchJob(_job_id_of(c) or c.name, c) for c in children if is_job_id(c.name) or (c / "job.json").is_file()]
-    jobs = [j for j in jobs if is_job_id(j.job_id)]
+    named = [(c, *_job_id_of(c)) for c in children if is_job_id(c.name) or (c / "job.json").is_file()]
+    jobs = [BatchJob(job_id, c) for c, job_id, _ in named if job_id]
+    refused = [problem for _, job_id, problem in named if not job_id]
+    if refused:
+        return jobs, "; ".join(refused[:5]) + (f" (and {len(refused) - 5} more)" if len(refused) > 5 else "")
     return jobs, "" if jobs else f"{source}: no job folders in it"
 
 
@@ -107,17 +115,27 @@ def _is_job_dir(path: Path) -> bool:
     return is_spool_job_dir(path) or (path / "job.json").is_file()
 
 
-def _job_id_of(path: Path) -> str | None:
-    """job.json's job_id, else the folder's name when it is a job id."""
+def _job_id_of(path: Path) -> tuple[str | None, str]:
+    """(job id, "") or (None, why).  A folder named by a job id is that job; its job.json may not
+    name another (a folder never chooses which stored job it replaces).  Otherwise job.json's
+    job_id; a capture spool folder must be named by its job id."""
     import json
 
+    from slurm_attrib.ingest.bundle import is_spool_job_dir
+
     try:
-        job_id = str(json.loads((path / "job.json").read_text(encoding="utf-8")).get("job_id") or "")
+        named = str(json.loads((path / "job.json").read_text(encoding="utf-8")).get("job_id") or "")
     except (OSError, ValueError, AttributeError):
-        job_id = ""
-    if is_job_id(job_id):
-        return job_id
-    return path.name if is_job_id(path.name) else None
+        named = ""
+    if is_job_id(path.name):
+        if named and named != path.name:
+            return None, f"{path}: job.json names job {named[:40]!r}, the folder job {path.name}: skipped"
+        return path.name, ""
+    if is_spool_job_dir(path):
+        return None, f"{path}: a spool folder must be named by its job id: skipped"
+    if is_job_id(named):
+        return named, ""
+    return None, f"{path}: no job id (job.json or a folder named by the job id)"
 
 
 def _jobs_of_results_tree(root: Path) -> tuple[list[BatchJob], str]:
@@ -175,6 +193,7 @@ def run_batch(
 
     rule_dirs = tuple(Path(d) for d in config.rule_dirs)
     pack = pack_version(list(rule_dirs))
+    trusted = trusted_owners(config)
     stored = {r.job_id: r for r in store.rows()}
     summary = Summary()
     todo = []
@@ -191,7 +210,8 @@ def run_batch(
     by_id = {job.job_id: job for job in todo}
     try:
         for result in _results(todo, config, workers):
-            summary.outcomes.append(_store_result(result, by_id[result[0]], stored.get(result[0]), store, config, pack, drain))
+            job = by_id[result[0]]
+            summary.outcomes.append(_store_result(result, job, stored.get(job.job_id), store, config, pack, drain, trusted))
             done += 1
             if progress:
                 progress(done, total, summary)
@@ -223,13 +243,43 @@ def _results(todo: list[BatchJob], config, workers: int):
             raise
 
 
-def _store_result(result: tuple, job: BatchJob, old: Row | None, store: Store, config, pack: str, drain: bool) -> Outcome:
+def trusted_owners(config) -> set[int]:
+    """Owners whose folders may replace anyone's stored job: root, SlurmUser, the batch's user."""
+    from slurm_attrib.capture.common import spool_access
+
+    return {0, os.geteuid(), spool_access(config.slurm_user, dict(os.environ))[0].uid}
+
+
+def _ownership(job: BatchJob, old: Row | None, user: str | None, trusted: set[int]) -> tuple[int | None, str]:
+    """(uid to store, "") or (None, why the folder may not write this job)."""
+    try:
+        folder_uid = os.stat(job.evidence).st_uid
+    except OSError as exc:
+        return None, f"{job.evidence}: {exc.strerror or exc}"
+    if old is not None:
+        if old.user and user and user != old.user:
+            return None, f"stored for user {old.user}, {job.evidence} names user {user}: not replaced"
+        if folder_uid not in trusted and folder_uid != old.uid:
+            return None, f"stored for user {old.user or old.uid}, {job.evidence} belongs to uid {folder_uid}: not replaced"
+        return old.uid if old.uid is not None else _uid(user), ""
+    if folder_uid in trusted:
+        return _uid(user), ""
+    if user and _uid(user) != folder_uid:
+        return None, f"{job.evidence} belongs to uid {folder_uid} but names user {user}: not stored"
+    return folder_uid, ""
+
+
+def _store_result(result: tuple, job: BatchJob, old: Row | None, store: Store, config, pack: str, drain: bool,
+                  trusted: set[int]) -> Outcome:
     from slurm_attrib.drain import plan
 
     before = _verdict(old) if old else None
     if result[1] is None:
         return Outcome(job.job_id, "failed", before, None, result[2])
     job_id, diagnosis, text, user, state = result
+    uid, refusal = _ownership(job, old, user, trusted)
+    if refusal:
+        return Outcome(job_id, "failed", before, None, refusal)
     if old is not None and {e["node"] for e in old.drains} == {d.node for d in diagnosis.drain}:
         entries, note = old.drains, old.drain_note
     else:
@@ -237,9 +287,9 @@ def _store_result(result: tuple, job: BatchJob, old: Row | None, store: Store, c
         if not drain:
             note = note or (BATCH_NOTE if entries else "")
             entries = [{**e, "status": SKIPPED, "detail": e["detail"] or BATCH_NOTE} for e in entries]
-    user = user or (old.user if old else None)
+    user = (old.user if old else None) or user or (_user_name(uid) if uid is not None else None)
     row = store.save(
-        job_id, diagnosis, text, uid=old.uid if old and old.uid is not None else _uid(user), user=user,
+        job_id, diagnosis, text, uid=uid, user=user,
         state=state or diagnosis.outcome.state, drains=entries, drain_note=note, rule_pack=pack, evidence=str(job.evidence),
     )
     return Outcome(job_id, "analysed", before, _verdict(row))
@@ -254,6 +304,13 @@ def _uid(user: str | None) -> int | None:
         return None
     try:
         return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+
+
+def _user_name(uid: int) -> str | None:
+    try:
+        return pwd.getpwuid(uid).pw_name
     except KeyError:
         return None
 
@@ -283,6 +340,10 @@ def read_job_list(path: Path) -> tuple[list[BatchJob], list[str]]:
             continue
         if not is_job_id(job_id) or not folder:
             problems.append(f"{path}:{number}: expected 'JOBID<TAB>FOLDER'")
+            continue
+        found, problem = _job_id_of(Path(folder))
+        if found != job_id:
+            problems.append(f"{path}:{number}: " + (problem or f"{folder} is job {found}, not {job_id}"))
             continue
         jobs.append(BatchJob(job_id, Path(folder)))
     return jobs, problems

@@ -40,7 +40,7 @@ MAX_UNPACKED_BYTES = 512 * 1024 * 1024
 
 def create_app(config) -> FastAPI:
     app = FastAPI(title="sattrib", version=__version__, description="Failure attribution for distributed GPU jobs on Slurm.")
-    store = Store(config.results, config.admin_group, config.index_url)
+    store = Store(config.results, config.admin_group, config.index_url, config.index_visibility)
     admin_token = read_admin_token(config.service_admin_token_file)
 
     def caller(request: Request) -> Caller:

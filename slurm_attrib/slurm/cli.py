@@ -211,6 +211,27 @@ def _check_node(node: str) -> None:
         raise SlurmError(f"not a node name: {node!r}")
 
 
+def private_data(timeout: float = 10.0) -> set[str]:
+    """Slurm's PrivateData words (`scontrol show config`), lower case; empty for `none`.
+    Raises SlurmError when Slurm cannot be asked."""
+    return private_data_of(CliBackend(timeout)._run(["scontrol", "show", "config"]).stdout)
+
+
+def private_data_of(config_text: str) -> set[str]:
+    """The PrivateData words of `scontrol show config` output."""
+    for line in config_text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "PrivateData":
+            words = {w.strip().lower() for w in value.split(",") if w.strip()}
+            return words - {"none"}
+    raise SlurmError("scontrol show config: no PrivateData line")
+
+
+def jobs_visible_to_all(words: set[str]) -> bool:
+    """Whether Slurm shows every user everyone's jobs under these PrivateData words."""
+    return not words & {"jobs", "all"}
+
+
 def _first_error(proc: subprocess.CompletedProcess) -> str:
     text = (proc.stderr or proc.stdout or "").strip()
     lines = [ln for ln in text.splitlines() if ln.strip()]

@@ -12,7 +12,8 @@ to the job's uid: they stay owned by the writer, and the index row says so (`own
 
 The index (`index.py`) is SQLite in the results directory (`<results>/index.db`, `sqlite.py`)
 unless the config's `index_url` names a PostgreSQL database (`postgres.py`; psycopg is imported
-only then).  It holds job ids, users, states, categories and node names, never log content.
+only then).  It holds job ids, users, states, categories and node names, never log content; the
+SQLite file is world-readable only where Slurm's PrivateData shows everyone's jobs anyway.
 """
 
 from __future__ import annotations
@@ -54,23 +55,24 @@ def _admin_gid(admin_group: str) -> int:
     return 0
 
 
-def open_index(root: Path, index_url: str = "") -> Index:
-    """The index `index_url` names: empty is SQLite in the results directory `root`."""
+def open_index(root: Path, index_url: str = "", visibility: str = "own", admin_group: str = "") -> Index:
+    """The index `index_url` names: empty is SQLite in the results directory `root`, readable
+    as `visibility` says (config `index_visibility`; PostgreSQL's are its grants)."""
     problem = index_url_problem(index_url)
     if problem:
         raise StoreError(problem)
     if not index_url:
-        return SqliteIndex(root)
+        return SqliteIndex(root, visibility, lambda: _admin_gid(admin_group))
     from slurm_attrib.store.postgres import PostgresIndex  # needs psycopg
 
     return PostgresIndex(index_url)
 
 
 class Store:
-    def __init__(self, root: str | Path, admin_group: str = "", index_url: str = ""):
+    def __init__(self, root: str | Path, admin_group: str = "", index_url: str = "", index_visibility: str = "own"):
         self.root = Path(root)
         self.admin_group = admin_group
-        self.index = open_index(self.root, index_url)
+        self.index = open_index(self.root, index_url, index_visibility, admin_group)
 
     # -- index ------------------------------------------------------------------------------
     def get(self, job_id: str) -> Row | None:

@@ -9,6 +9,7 @@ hosts at once); both give back the same `Row` for the same `put`.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 
@@ -187,6 +188,22 @@ def counts_of(rows: list[Row]) -> list[dict]:
         if row.elapsed is not None:
             group["node_seconds"] += row.elapsed * max(row.node_count, 1)
     return [groups[key] for key in sorted(groups, key=lambda k: tuple(str(x) for x in k))]
+
+
+@functools.cache
+def readable_by_all(visibility: str) -> bool:
+    """Whether the index file may be world-readable (config `index_visibility`); with `auto`,
+    only where Slurm's PrivateData shows everyone's jobs, asked once per process (no answer:
+    not)."""
+    if visibility != "auto":
+        return visibility == "everyone"
+    from slurm_attrib.slurm import SlurmError
+    from slurm_attrib.slurm.cli import jobs_visible_to_all, private_data
+
+    try:
+        return jobs_visible_to_all(private_data())
+    except SlurmError:
+        return False
 
 
 def ensure_results_dir(root: Path) -> None:

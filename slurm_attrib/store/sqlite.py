@@ -1,8 +1,9 @@
 """The SQLite index: <results>/index.db, the default.
 
 WAL mode and a busy timeout let the worker, `sattrib drain` and readers share it on one host.
-The file is world-readable (mode 0644, like its -wal/-shm files) so that `sattrib show` can find
-a job as a plain user; a reader without write access to the directory falls back to reading it
+The file (and its -wal/-shm files) is world-readable, mode 0644, only where Slurm shows everyone's
+jobs anyway (config `index_visibility`, index.readable_by_all); otherwise mode 0640 with group
+`admin_group`.  A reader without write access to the directory falls back to reading it
 immutable (what the last writer checkpointed).
 """
 
@@ -12,9 +13,12 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from slurm_attrib.store.index import COLUMNS, JSON_COLUMNS, Index, Row, counts_of, ensure_results_dir, is_fleet_row, job_time, rows_of_tuples
+from slurm_attrib.store.index import (
+    COLUMNS, JSON_COLUMNS, Index, Row, counts_of, ensure_results_dir, is_fleet_row, job_time, readable_by_all, rows_of_tuples,
+)
 
 INDEX = "index.db"
 BUSY_TIMEOUT_MS = 15000
@@ -57,8 +61,10 @@ FLEET_COLUMNS = (
 
 
 class SqliteIndex(Index):
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, visibility: str = "own", gid: Callable[[], int] = lambda: 0):
         self.root = root
+        self.visibility = visibility
+        self.gid = gid  # the group of a private index: asked at the first write
         self.path = root / INDEX
         self.where = str(self.path)
 
@@ -186,7 +192,8 @@ class SqliteIndex(Index):
 
     def _writer(self) -> sqlite3.Connection:
         ensure_results_dir(self.root)
-        old = os.umask(0o022)
+        public = readable_by_all(self.visibility)
+        old = os.umask(0o022 if public else 0o027)
         try:
             con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000)
             con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
@@ -195,11 +202,9 @@ class SqliteIndex(Index):
             _add_fleet_columns(con)
         finally:
             os.umask(old)
+        gid = None if public else self.gid()
         for suffix in ("", "-wal", "-shm"):
-            try:
-                os.chmod(f"{self.path}{suffix}", 0o644)
-            except OSError:
-                pass
+            _restrict(f"{self.path}{suffix}", 0o644 if public else 0o640, gid)
         con.row_factory = sqlite3.Row
         return con
 
@@ -220,6 +225,16 @@ class SqliteIndex(Index):
             con.row_factory = sqlite3.Row
             return con
         return None
+
+def _restrict(path: str, mode: int, gid: int | None) -> None:
+    """Best effort: a writer that does not own the file (another writer made it) leaves it."""
+    try:
+        if gid is not None and os.stat(path).st_gid != gid:
+            os.chown(path, -1, gid)
+        os.chmod(path, mode)
+    except OSError:
+        pass
+
 
 def _sql_values(row: Row) -> tuple:
     values = row.values()
