@@ -421,12 +421,10 @@ def serve(host: str, port: int, socket_path: str | None) -> None:
     if socket_path is None:
         uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=False)
         return
+    # uvicorn ends the process with the signal that stopped it: the socket file stays, and the
+    # next start replaces it.
     listener = unix_listener(socket_path, config.service_socket_group)
-    try:
-        uvicorn.run(app, fd=listener.fileno(), log_level="warning", proxy_headers=False)
-    finally:
-        listener.close()
-        Path(socket_path).unlink(missing_ok=True)
+    uvicorn.run(app, fd=listener.fileno(), log_level="warning", proxy_headers=False)
 
 
 @click.command("connectors")
