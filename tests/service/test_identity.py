@@ -95,3 +95,21 @@ def test_a_secret_file_others_can_read_is_refused(store_dir):
     loose.chmod(0o640)
     with pytest.raises(RuntimeError, match="service_proxy_secret_file .*: must not be readable by group or others"):
         start_server(store_dir, _config(store_dir, f"service_proxy_secret_file: {loose}"))
+
+
+@pytest.mark.parametrize("setting, words", [
+    ("service_upload_workers: 0", "service_upload_workers must be a whole number of at least 1"),
+    ("service_upload_queue: -1", "service_upload_queue must be a whole number of at least 0"),
+    ("service_upload_timeout: soon", "service_upload_timeout must be seconds between 0 and 86400"),
+    ("service_upload_memory_mb: true", "service_upload_memory_mb must be a whole number of at least 1"),
+    ("service_trust_loopback_proxy: 'yes please'", "service_trust_loopback_proxy must be true or false"),
+    ("service_socket_group: [www-data]", "service_socket_group must be a string"),
+])
+def test_bad_service_settings_are_one_line_naming_the_key(tmp_path, setting, words):
+    from slurm_attrib.config import ConfigError, load_config
+
+    path = tmp_path / "config.yaml"
+    path.write_text(setting + "\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert str(error.value) == f"{path}: {words}"
