@@ -436,20 +436,29 @@ def webhooks(retry: bool, job_id: str | None) -> None:
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8642, show_default=True, type=click.IntRange(1, 65535))
-def serve(host: str, port: int) -> None:
+@click.option("--socket", "socket_path", default=None, metavar="PATH",
+              help="Listen on this Unix socket instead (mode 0660, group service_socket_group): the reverse proxy's channel.")
+def serve(host: str, port: int, socket_path: str | None) -> None:
     """Serve the results store over HTTP (REST API under /v1, OpenAPI at /openapi.json).
     Needs the `serve` extra: pip install 'slurm-attrib[serve]'."""
     try:
         import uvicorn
 
-        from slurm_attrib.service.app import create_app
+        from slurm_attrib.service.app import create_app, unix_listener
     except ImportError as exc:
         raise SattribError(f"sattrib serve needs the serve extra (pip install 'slurm-attrib[serve]'): {exc}") from None
+    config = _config()
     try:
-        app = create_app(_config())
+        app = create_app(config, over_socket=socket_path is not None)
     except OSError as exc:
         raise SattribError(str(exc)) from None
-    uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=False)
+    if socket_path is None:
+        uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=False)
+        return
+    # uvicorn ends the process with the signal that stopped it: the socket file stays, and the
+    # next start replaces it.
+    listener = unix_listener(socket_path, config.service_socket_group)
+    uvicorn.run(app, fd=listener.fileno(), log_level="warning", proxy_headers=False)
 
 
 @click.command("connectors")

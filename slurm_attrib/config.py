@@ -138,11 +138,24 @@ class Config:
     webhooks: tuple[WebhookConfig, ...] = ()
     webhook_dead_letter: str = ""
     # sattrib serve: admins by a token file (mode 0600), users by MUNGE credentials or a reverse
-    # proxy's user header (honoured only from these addresses).
+    # proxy's user header.  The header is honoured only over a channel a local user cannot reach:
+    # the service's Unix socket (`sattrib serve --socket`, mode 0660, group service_socket_group),
+    # or with the shared secret of service_proxy_secret_file (root-owned, 0600) that the proxy adds
+    # as X-Sattrib-Proxy-Secret, or from the addresses of service_trusted_proxies (a loopback
+    # address, which every local user can reach, only with service_trust_loopback_proxy: true).
     service_admin_token_file: str = ""
     service_trusted_proxies: tuple[str, ...] = ()
     service_user_header: str = "X-Remote-User"
     service_munge_socket: str = ""  # empty: unmunge's default socket
+    service_socket_group: str = ""  # the web server's group, which may connect to --socket
+    service_proxy_secret_file: str = ""
+    service_trust_loopback_proxy: bool = False
+    # POST /v1/analyze: analyses at once, uploads waiting beyond those (then 503), and each
+    # analysis' bounds (a child process: wall-clock seconds, address space in MB).
+    service_upload_workers: int = 2
+    service_upload_queue: int = 8
+    service_upload_timeout: float = 120.0
+    service_upload_memory_mb: int = 2048
     # The results index: empty = SQLite in `results` (index.db); a postgresql:// URL = that database
     # (for writers on several hosts at once; needs the `postgres` extra).
     index_url: str = ""
@@ -261,7 +274,23 @@ def _config_from(data: dict, path: Path) -> Config:
         raise ConfigError(f"{path}: index_visibility {config.index_visibility!r} is not one of {', '.join(INDEX_VISIBILITIES)}")
     if index_url_problem(config.index_url):
         raise ConfigError(f"{path}: {index_url_problem(config.index_url)}")
+    _check_service(config, path)
     return config
+
+
+def _check_service(config: Config, path: Path) -> None:
+    for key in ("service_upload_workers", "service_upload_queue", "service_upload_memory_mb"):
+        value = getattr(config, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "service_upload_queue" else 1):
+            raise ConfigError(f"{path}: {key} must be a whole number of at least {0 if key == 'service_upload_queue' else 1}")
+    timeout = config.service_upload_timeout
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < 86400:
+        raise ConfigError(f"{path}: service_upload_timeout must be seconds between 0 and 86400")
+    if not isinstance(config.service_trust_loopback_proxy, bool):
+        raise ConfigError(f"{path}: service_trust_loopback_proxy must be true or false")
+    for key in ("service_socket_group", "service_proxy_secret_file", "service_user_header"):
+        if not isinstance(getattr(config, key), str):
+            raise ConfigError(f"{path}: {key} must be a string")
 
 
 def _webhook_from(item: object, path: Path) -> WebhookConfig:

@@ -7,48 +7,70 @@
     GET  /v1/report?since=7d         the fleet report (admins)
     GET  /v1/metrics                 Prometheus metrics of the store (admins; also at /metrics, with the
                                      admin token as the scrape job's bearer token)
-    POST /v1/analyze                 a logs-layout or capture folder as a .tar.gz upload -> its diagnosis (not stored)
+    POST /v1/analyze                 a logs-layout or capture folder as a .tar.gz upload -> its diagnosis (not stored;
+                                     analysed in a bounded child process as user evidence: service.upload)
 
 Pages for browsers (the same templates as the HTML report): `/fleet` and `/nodes/{node}` for
 admins, `/jobs` (the caller's jobs) and `/jobs/{job_id}` for everyone.
 
-Every request but health needs a caller (service.auth); a user sees only their own jobs.
+Every request but health needs a caller (service.auth); a user sees only their own jobs.  Lists
+and pages ask the index for just their rows (Store.page).
 """
 
 from __future__ import annotations
 
-import io
-import tarfile
-from collections import Counter
-import tempfile
+import grp
+import os
+import socket
+import stat
 import time
-from pathlib import Path, PurePosixPath
+from collections import Counter
+from pathlib import Path
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from starlette.requests import ClientDisconnect
 
 from slurm_attrib import __version__
 from slurm_attrib.errors import SattribError
 from slurm_attrib.model import Diagnosis
-from slurm_attrib.service.auth import Caller, Unauthorized, identify, read_admin_token
-from slurm_attrib.store import JSON_NAME, Row, Store
+from slurm_attrib.service.auth import (
+    Caller, DuplicateHeader, ProxyChannel, Unauthorized, identify, identity_headers, proxy_setup_problem,
+    read_admin_token, read_secret,
+)
+from slurm_attrib.service.upload import MAX_UPLOAD_BYTES, UploadGate, UploadLimits, UploadRefused
+from slurm_attrib.store import JSON_NAME, JobFilter, Row, Store
 
-MAX_UPLOAD_BYTES = 64 * 1024 * 1024
-MAX_UPLOAD_FILES = 4096
-MAX_UNPACKED_BYTES = 512 * 1024 * 1024
+JOBS_PAGE_ROWS = 500  # the /jobs page
+NODE_PAGE_ROWS = 1000  # the /nodes/{node} page
 
 
-def create_app(config) -> FastAPI:
+def create_app(config, over_socket: bool = False) -> FastAPI:
+    """The app; `over_socket`: it is served on a Unix socket only (see unix_listener)."""
     app = FastAPI(title="sattrib", version=__version__, description="Failure attribution for distributed GPU jobs on Slurm.")
     store = Store(config.results, config.admin_group, config.index_url, config.index_visibility)
     admin_token = read_admin_token(config.service_admin_token_file)
+    channel = ProxyChannel(over_socket=over_socket, secret=read_secret(config.service_proxy_secret_file,
+                                                                        "service_proxy_secret_file"))
+    problem = proxy_setup_problem(config, channel)
+    if problem:
+        raise SattribError(problem)
+    uploads = UploadGate(UploadLimits(workers=config.service_upload_workers, queue=config.service_upload_queue,
+                                      timeout=float(config.service_upload_timeout),
+                                      memory_mb=config.service_upload_memory_mb))
 
     def caller(request: Request) -> Caller:
         try:
-            return identify({k.lower(): v for k, v in request.headers.items()},
-                            request.client.host if request.client else None, config, admin_token)
+            headers = identity_headers(request.headers.raw, config)
+        except DuplicateHeader as exc:
+            raise HTTPException(400, str(exc)) from None
+        try:
+            return identify(headers, request.client.host if request.client else None, config, admin_token, channel)
         except Unauthorized as exc:
             raise HTTPException(401, str(exc), headers={"WWW-Authenticate": "MUNGE"}) from None
+
+    def visible_to(who: Caller) -> tuple[int | None, str | None] | None:
+        return None if who.admin else (who.uid, who.user)
 
     def admin(who: Caller = Depends(caller)) -> Caller:
         if not who.admin:
@@ -80,11 +102,10 @@ def create_app(config) -> FastAPI:
     @app.get("/v1/jobs")
     def jobs(who: Caller = Depends(caller), domain: str | None = None, category: str | None = None,
              node: str | None = None, since: float | None = Query(None, description="UNIX time: analysed since"),
-             limit: int = Query(100, ge=1, le=10000)) -> list[dict]:
-        rows = [r for r in store.rows(since=since) if who.admin or r.uid == who.uid or r.user == who.user]
-        rows = [r for r in rows if (domain is None or r.domain == domain) and (category is None or r.category == category)
-                and (node is None or node in r.culprit_nodes)]
-        return [_summary(r) for r in reversed(rows)][:limit]
+             limit: int = Query(100, ge=1, le=10000), offset: int = Query(0, ge=0)) -> list[dict]:
+        selection = JobFilter(visible_to(who), domain=domain, category=category, node=node, since=since,
+                              limit=limit, offset=offset)
+        return [_summary(r) for r in store.page(selection)]
 
     @app.get("/v1/jobs/{job_id}", response_model=Diagnosis)
     def job(job_id: str, who: Caller = Depends(caller)) -> Diagnosis:
@@ -113,17 +134,16 @@ def create_app(config) -> FastAPI:
         return metrics_text(store, config, time.time())
 
     @app.post("/v1/analyze", response_model=Diagnosis)
-    async def analyze(request: Request, who: Caller = Depends(caller)) -> Diagnosis:
-        body = await _limited_body(request)
-        from slurm_attrib.engine.pipeline import analyze_path
-
-        with tempfile.TemporaryDirectory(prefix="sattrib-upload-") as folder:
-            root = Path(folder) / "job"
-            _unpack(body, root)
-            try:
-                return analyze_path(root, tuple(Path(d) for d in config.rule_dirs))
-            except SattribError as exc:
-                raise HTTPException(422, str(exc).splitlines()[0]) from None
+    async def analyze(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_UPLOAD_BYTES:
+            raise HTTPException(413, f"upload larger than {MAX_UPLOAD_BYTES} bytes")
+        try:
+            return JSONResponse(await uploads.analyse(request.stream(), tuple(config.rule_dirs)))
+        except UploadRefused as exc:
+            raise HTTPException(exc.status, exc.detail, headers=exc.headers) from None
+        except ClientDisconnect:
+            raise HTTPException(400, "the upload ended early (client disconnected)") from None
 
     # -- pages (the dashboard): the same templates as the HTML report ------------------------------
     templates = [Path(d) for d in config.template_dirs]
@@ -144,7 +164,7 @@ def create_app(config) -> FastAPI:
     def node_page(node: str, who: Caller = Depends(admin)) -> str:
         from slurm_attrib.render import render_page
 
-        rows = [r for r in reversed(store.rows()) if node in r.culprit_nodes]
+        rows = store.page(JobFilter(None, node=node, limit=NODE_PAGE_ROWS))
         xids = Counter(str(g["xid"]) for r in rows for g in r.gpus if g.get("node") == node and g.get("xid") is not None)
         shown = [{**vars(r), "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.cause_time or r.job_end or r.analysed_at))}
                  for r in rows]
@@ -154,7 +174,7 @@ def create_app(config) -> FastAPI:
     def jobs_page(who: Caller = Depends(caller)) -> str:
         from slurm_attrib.render import render_page
 
-        rows = [r for r in reversed(store.rows()) if who.admin or r.uid == who.uid or r.user == who.user][:500]
+        rows = store.page(JobFilter(visible_to(who), limit=JOBS_PAGE_ROWS))
         shown = [{**vars(r), "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.analysed_at))} for r in rows]
         return render_page("jobs.html.j2", templates, rows=shown, who=who)
 
@@ -177,51 +197,31 @@ def _summary(row: Row) -> dict:
             "analysed_at": row.analysed_at}
 
 
-async def _limited_body(request: Request) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > MAX_UPLOAD_BYTES:
-        raise HTTPException(413, f"upload larger than {MAX_UPLOAD_BYTES} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_UPLOAD_BYTES:
-            raise HTTPException(413, f"upload larger than {MAX_UPLOAD_BYTES} bytes")
-        chunks.append(chunk)
-    if not size:
-        raise HTTPException(400, "empty upload: send the job folder as a .tar.gz body")
-    return b"".join(chunks)
-
-
-def _unpack(body: bytes, root: Path) -> None:
-    """Regular files and folders only, inside root, within the file-count and size limits."""
+def unix_listener(path: str, group: str) -> socket.socket:
+    """A listening Unix socket at `path`, mode 0660 and of `group` (the web server's) before anyone
+    can connect: the proxy's channel, which local users outside the group cannot reach.  (uvicorn's
+    own --uds leaves the socket 0666.)"""
+    gid = -1
+    if group:
+        try:
+            gid = grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise SattribError(f"service_socket_group {group!r} is not a group on this host") from None
     try:
-        archive = tarfile.open(fileobj=io.BytesIO(body), mode="r:*")
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise HTTPException(400, f"not a tar archive: {exc}") from None
-    root.mkdir(parents=True)
-    files = total = 0
-    with archive:
-        members = archive.getmembers()
-        tops = {PurePosixPath(m.name).parts[0] for m in members if PurePosixPath(m.name).parts}
-        # `tar czf job.tgz job/` holds one top folder: its content is the job folder
-        strip = len(tops) == 1 and any(m.isdir() and m.name.rstrip("/") in tops for m in members)
-        for member in members:
-            path = PurePosixPath(member.name)
-            if path.is_absolute() or ".." in path.parts:
-                raise HTTPException(400, f"{member.name}: path outside the job folder")
-            if member.isdir():
-                continue
-            if not member.isfile():
-                continue  # links and devices are never followed or made
-            files, total = files + 1, total + member.size
-            if files > MAX_UPLOAD_FILES:
-                raise HTTPException(413, f"more than {MAX_UPLOAD_FILES} files")
-            if total > MAX_UNPACKED_BYTES:
-                raise HTTPException(413, f"more than {MAX_UNPACKED_BYTES} bytes unpacked")
-            parts = path.parts[1:] if strip else path.parts
-            if not parts:
-                continue
-            target = root.joinpath(*parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source = archive.extractfile(member)
-            target.write_bytes(source.read() if source else b"")
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)  # left by an earlier run
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path)
+        os.chown(path, -1, gid)
+        os.chmod(path, 0o660)
+    except OSError as exc:
+        listener.close()
+        raise SattribError(f"--socket {path}: {exc.strerror or exc}") from None
+    finally:
+        os.umask(old)
+    listener.listen(128)
+    return listener

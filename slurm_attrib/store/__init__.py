@@ -27,12 +27,12 @@ from pathlib import Path
 from slurm_attrib import atomic
 from slurm_attrib.config import index_url_problem
 from slurm_attrib.engine.timefmt import unix
-from slurm_attrib.store.index import Index, Row, StoreError, ensure_results_dir
+from slurm_attrib.store.index import Index, JobFilter, Row, StoreError, ensure_results_dir
 from slurm_attrib.store.sqlite import INDEX, SqliteIndex
 
 __all__ = [
     "APPLIED", "FAILED", "INDEX", "JSON_NAME", "KEPT", "RECOMMENDED", "SKIPPED", "TEXT_NAME",
-    "Index", "Row", "Store", "StoreError", "fleet_facts", "open_index",
+    "Index", "JobFilter", "Row", "Store", "StoreError", "fleet_facts", "open_index",
 ]
 
 JSON_NAME = "diagnosis.json"
@@ -80,6 +80,10 @@ class Store:
 
     def rows(self, since: float | None = None) -> list[Row]:
         return self.index.rows(since)
+
+    def page(self, selection: JobFilter) -> list[Row]:
+        """The rows of a list or page, picked and cut by the index (see JobFilter)."""
+        return self.index.page(selection)
 
     def set_drains(self, job_id: str, drains: list[dict], note: str | None = None) -> None:
         self.index.set_drains(str(job_id), drains, note)

@@ -82,6 +82,21 @@ class Row:
         return max(0.0, self.job_end - self.job_start)
 
 
+@dataclass(frozen=True)
+class JobFilter:
+    """Which rows a list or page shows: those a viewer may see (`viewer` (uid, user): the rows of
+    that uid or user name; None: every row), matching the filters given, newest analysis first,
+    `offset` rows skipped and at most `limit` returned."""
+
+    viewer: tuple[int | None, str | None] | None
+    domain: str | None = None
+    category: str | None = None
+    node: str | None = None  # one of the culprit nodes
+    since: float | None = None  # analysed at or after (UNIX time)
+    limit: int = 100
+    offset: int = 0
+
+
 COLUMNS = tuple(f.name for f in fields(Row))
 FLEET_FIELDS = COLUMNS[COLUMNS.index("rule_pack"):]
 JSON_COLUMNS = ("culprit_nodes", "drains", "gpus", "links")
@@ -101,6 +116,11 @@ class Index(ABC):
     @abstractmethod
     def rows(self, since: float | None = None) -> list[Row]:
         """Every row analysed at or after `since` (a UNIX time), oldest first."""
+
+    @abstractmethod
+    def page(self, selection: JobFilter) -> list[Row]:
+        """The rows `selection` picks, chosen, ordered and cut in the database (a list of ten
+        rows reads ten rows, whatever the index holds)."""
 
     @abstractmethod
     def set_drains(self, job_id: str, drains: list[dict], note: str | None = None) -> None:

@@ -1,9 +1,10 @@
-"""A real `sattrib serve` on loopback: start it, talk to it over HTTP, stop it; `store_dir`, the
-store it serves (jobs of two users and an admin token).  No conftest.py here: the capture tests
-import theirs by name."""
+"""A real `sattrib serve` on loopback or a Unix socket: start it, talk to it over HTTP, stop it;
+`store_dir`, the store it serves (jobs of two users, an admin token and a proxy secret).  No
+conftest.py here: the capture tests import theirs by name."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -21,6 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "slurm_attrib" / "samples" / "demo"
+PROXY_SECRET = "proxy-shared-secret"
 
 
 def free_port() -> int:
@@ -34,9 +36,12 @@ class Server:
     url: str
     process: subprocess.Popen
     token: str
+    socket_path: str | None = None
 
     def request(self, path: str, headers: dict | None = None, data: bytes | None = None, method: str | None = None):
         """(status, headers, body bytes) over real HTTP."""
+        if self.socket_path:
+            return self.raw_request(method or ("POST" if data is not None else "GET"), path, list((headers or {}).items()), data)
         request = urllib.request.Request(self.url + path, data=data, headers=headers or {}, method=method)
         try:
             with urllib.request.urlopen(request, timeout=30) as answer:
@@ -44,19 +49,50 @@ class Server:
         except urllib.error.HTTPError as exc:
             return exc.code, dict(exc.headers), exc.read()
 
+    def raw_request(self, method: str, path: str, headers: list[tuple[str, str]], data: bytes | None = None):
+        """A request with headers as given, repeated names included (urllib merges them)."""
+        if self.socket_path:
+            connection = UnixConnection(self.socket_path)
+        else:
+            connection = http.client.HTTPConnection(self.url.split("//", 1)[1], timeout=30)
+        try:
+            connection.putrequest(method, path)
+            for name, value in headers:
+                connection.putheader(name, value)
+            if data is not None:
+                connection.putheader("Content-Length", str(len(data)))
+            connection.endheaders(data)
+            answer = connection.getresponse()
+            return answer.status, dict(answer.getheaders()), answer.read()
+        finally:
+            connection.close()
+
     def json(self, path: str, headers: dict | None = None):
         status, _, body = self.request(path, headers)
         return status, json.loads(body)
 
 
-def start_server(tmp: Path, config_text: str, env: dict | None = None) -> Server:
+class UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str):
+        super().__init__("localhost", timeout=30)
+        self.socket_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
+def start_server(tmp: Path, config_text: str, env: dict | None = None, socket_path: Path | None = None) -> Server:
     config = tmp / f"config-{time.monotonic_ns()}.yaml"
     config.write_text(config_text)
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "slurm_attrib", "serve", "--port", str(port)],
+    where = ["--socket", str(socket_path)] if socket_path else ["--port", str(port)]
+    process = subprocess.Popen([sys.executable, "-m", "slurm_attrib", "serve", *where],
                                env={**os.environ, "SATTRIB_CONFIG": str(config), **(env or {})},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    server = Server(f"http://127.0.0.1:{port}", process, (tmp / "token").read_text().strip() if (tmp / "token").exists() else "")
+    server = Server(f"http://127.0.0.1:{port}", process, (tmp / "token").read_text().strip() if (tmp / "token").exists() else "",
+                    str(socket_path) if socket_path else None)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -92,4 +128,7 @@ def store_dir(tmp_path_factory):
     token = tmp / "token"
     token.write_text("s3cret-admin-token\n")
     token.chmod(0o600)
+    secret = tmp / "proxy-secret"
+    secret.write_text(PROXY_SECRET + "\n")
+    secret.chmod(0o600)
     return tmp

@@ -8,16 +8,17 @@ import json
 import tarfile
 
 import pytest
-from service_support import DEMO, start_server, stop_server, store_dir  # noqa: F401 (a fixture)
+from service_support import DEMO, PROXY_SECRET, start_server, stop_server, store_dir  # noqa: F401 (a fixture)
 
 from slurm_attrib.model import Diagnosis
 
-PROXY = {"X-Remote-User": "nobody"}
+PROXY = {"X-Remote-User": "nobody", "X-Sattrib-Proxy-Secret": PROXY_SECRET}
 
 
 @pytest.fixture(scope="module")
 def server(store_dir):
     server = start_server(store_dir, f"results: {store_dir / 'results'}\nservice_admin_token_file: {store_dir / 'token'}\n"
+                                     f"service_proxy_secret_file: {store_dir / 'proxy-secret'}\n"
                                      "service_trusted_proxies: ['127.0.0.1']\n")
     yield server
     stop_server(server)

@@ -11,7 +11,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from service_support import start_server, stop_server, store_dir  # noqa: F401 (a fixture)
+from service_support import PROXY_SECRET, start_server, stop_server, store_dir  # noqa: F401 (a fixture)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package chromium; contrib/testcluster/install.sh)")
@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed
 def proxy_to(upstream: str, user: str) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
-            request = urllib.request.Request(upstream + self.path, headers={"X-Remote-User": user})
+            request = urllib.request.Request(upstream + self.path,
+                                             headers={"X-Remote-User": user, "X-Sattrib-Proxy-Secret": PROXY_SECRET})
             try:
                 with urllib.request.urlopen(request, timeout=30) as answer:
                     status, body, kind = answer.status, answer.read(), answer.headers.get("content-type", "text/html")
@@ -41,7 +42,7 @@ def proxy_to(upstream: str, user: str) -> ThreadingHTTPServer:
 
 @pytest.fixture(scope="module")
 def browser_base(store_dir):
-    server = start_server(store_dir, f"results: {store_dir / 'results'}\nservice_trusted_proxies: ['127.0.0.1']\n")
+    server = start_server(store_dir, f"results: {store_dir / 'results'}\nservice_proxy_secret_file: {store_dir / 'proxy-secret'}\n")
     proxy = proxy_to(server.url, "root")  # root: an admin when no admin_group is set
     yield f"http://127.0.0.1:{proxy.server_address[1]}"
     proxy.shutdown()
