@@ -425,7 +425,7 @@ class Bulk:
     def _cascade_extras(self) -> Iterator[tuple[float, str]]:
         """After the simulator's watchdog line of each rank, what PyTorch prints next on that rank."""
         job, spec = self.job, self.spec
-        first = re.compile(r"\[Rank (\d+)\] Watchdog caught collective operation timeout: (WorkNCCL\(SeqNum=(\d+)[^)]*\)) ran for (\d+) milliseconds")
+        first = re.compile(r"\[Rank (\d+)\] Watchdog caught collective operation timeout: (WorkNCCL\(SeqNum=(\d+).*?\)) ran for (\d+) milliseconds")
         found = []
         for t, _, line in job.out:
             if "Watchdog caught" in line and "thread terminated" not in line:
