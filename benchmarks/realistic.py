@@ -44,13 +44,18 @@ QUICK_SCALING = (8, 64, 256)
 TOP_LITERALS = 15
 
 # Runs a command, waits with os.wait4 and prints the child tree's CPU, wall, peak RSS and status.
-# A small fresh interpreter: a child forked from the benchmark would inherit its peak RSS.
+# A small fresh interpreter: a child forked from the benchmark would inherit its peak RSS.  Output
+# goes to a pipe, never /dev/null: GNU grep stops at the first match when it writes to /dev/null.
 _MEASURE = (
-    "import json, os, subprocess, sys, time\n"
+    "import json, os, subprocess, sys, tempfile, time\n"
+    "errors = tempfile.TemporaryFile()\n"
     "t = time.perf_counter()\n"
-    "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n"
-    "err = p.stderr.read()\n"
+    "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=errors)\n"
+    "while p.stdout.read(1 << 16):\n"
+    "    pass\n"
     "_, status, ru = os.wait4(p.pid, 0)\n"
+    "errors.seek(0)\n"
+    "err = errors.read()\n"
     "p.returncode = os.waitstatus_to_exitcode(status)\n"
     "print(json.dumps({'cpu': ru.ru_utime + ru.ru_stime, 'wall': time.perf_counter() - t,\n"
     "                  'rss_kb': ru.ru_maxrss, 'rc': p.returncode, 'err': err[-2000:].decode('utf-8', 'replace')}))\n"
