@@ -16,8 +16,10 @@ An operator asserts the provenance of the logs layout's node folders by owning t
 ingest.layout): each file then counts as what its kind says it is (a kernel log as `kernel`).
 
 Only trusted provenance may support a drain, a fleet strike or a `confirmed` hardware verdict, and
-a rule that reads kernel messages is trusted only on kernel provenance: a root daemon's journal
-line that quotes an Xid is not the kernel's report of one.  `supports_verdict` is that decision;
+a rule that reads kernel messages is trusted only on the kernel's own log, or on a line that a
+daemon-written log files under the program `kernel` (rsyslog's kern.log, the journal of root's
+services, a node's syslog the operator vouches for): a root daemon's line that quotes an Xid is
+not the kernel's report of one.  `supports_verdict` is that decision;
 every path that acts (the diagnosis' drain list, the fleet, the NHC check, the service) goes
 through it, directly or through the events and index rows it marked.
 """
@@ -55,9 +57,10 @@ def vouched(kind: str) -> Provenance:
     return PROVENANCE_OF_KIND.get(kind, Provenance.USER)
 
 
-def supports_verdict(provenance: Provenance, reads_kernel: bool) -> bool:
+def supports_verdict(provenance: Provenance, reads_kernel: bool, filed_as_kernel: bool = False) -> bool:
     """May evidence of this provenance, matched by a rule that does (or does not) read kernel
-    messages, support a drain, a fleet strike or a confirmed hardware verdict?"""
+    messages, support a drain, a fleet strike or a confirmed hardware verdict?  filed_as_kernel:
+    the line's syslog header names the program `kernel`."""
     if reads_kernel:
-        return provenance is Provenance.KERNEL
+        return provenance is Provenance.KERNEL or (provenance is Provenance.DAEMON and filed_as_kernel)
     return provenance.trusted

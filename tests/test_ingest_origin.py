@@ -33,14 +33,14 @@ from slurm_attrib.ingest.origin import Origin, line_origin
          Origin("192.168.11.119")),
         ("gpu07: kern:    err: [2026-04-22T21:27:51Z]: NVRM: GPU at PCI:0000:3b:00", Origin("gpu07")),
         # syslog host fields
-        ("Dec  2 13:04:06 gpu01 kernel: NVRM: Xid (PCI:0000:a1:00): 79", Origin("gpu01")),
-        ("Dec 02 13:04:06.123456 gpu01.cluster.example.org slurmd[123]: error: x", Origin("gpu01")),
-        ("2024-12-02T13:04:06+0100 gpu02 kernel: mlx5_core 0000:3b:00.0: link down", Origin("gpu02")),
-        ("2024-12-02T13:04:06.123456+01:00 gpu02 systemd[1]: Started", Origin("gpu02")),
-        ("Mon 2024-12-02 13:04:06 UTC gpu04 kernel: x", Origin("gpu04")),
+        ("Dec  2 13:04:06 gpu01 kernel: NVRM: Xid (PCI:0000:a1:00): 79", Origin("gpu01", program="kernel")),
+        ("Dec 02 13:04:06.123456 gpu01.cluster.example.org slurmd[123]: error: x", Origin("gpu01", program="slurmd")),
+        ("2024-12-02T13:04:06+0100 gpu02 kernel: mlx5_core 0000:3b:00.0: link down", Origin("gpu02", program="kernel")),
+        ("2024-12-02T13:04:06.123456+01:00 gpu02 systemd[1]: Started", Origin("gpu02", program="systemd")),
+        ("Mon 2024-12-02 13:04:06 UTC gpu04 kernel: x", Origin("gpu04", program="kernel")),
         ("<165>1 2024-12-02T13:04:06.123Z gpu05.example.org nvidia-persistenced 123 - - msg", Origin("gpu05")),
-        ("<13>Dec  2 13:04:06 gpu06 prog: msg", Origin("gpu06")),
-        ("Dec  2 13:04:06 10.1.2.3 kernel: x", Origin("10.1.2.3")),
+        ("<13>Dec  2 13:04:06 gpu06 prog: msg", Origin("gpu06", program="prog")),
+        ("Dec  2 13:04:06 10.1.2.3 kernel: x", Origin("10.1.2.3", program="kernel")),
     ],
 )
 def test_origins(line, expected):

@@ -88,15 +88,18 @@ def test_an_upload_vouches_for_nothing(tmp_path):
     assert diagnosis.drain == [] and diagnosis.quality != "confirmed"
 
 
-@pytest.mark.parametrize("program", ["alice[4242]", "kernel", "python3"])
-def test_a_syslog_line_is_no_kernel_report_whatever_its_tag(tmp_path, program):
-    """`logger -t kernel 'NVRM: Xid ...'` lands in syslog looking like the kernel's own line."""
+@pytest.mark.parametrize(("program", "drains"), [("alice[4242]", False), ("python3", False), ("nvidia-smi", False), ("kernel", True)])
+def test_an_operators_syslog_counts_only_what_it_files_as_the_kernels(tmp_path, program, drains):
+    """A node's syslog the operator vouches for: a user's `logger` line quoting an Xid is a claim;
+    a line filed under `kernel` is the kernel's as far as a plain text syslog can tell (a user's
+    `logger -t kernel` in such a file is the documented limit: give journalctl -k or dmesg)."""
     folder = logs_folder(tmp_path / "job", {
         "gpu02/syslog": f"Dec  2 13:04:00 gpu02 systemd[1]: Started Session 4.\nDec  2 13:04:06 gpu02 {program}: {XID}\n",
         "slurm-7.out": "Traceback: boom\n",
     })
     diagnosis = analyze_path(folder)
-    assert diagnosis.drain == [] and diagnosis.quality != "confirmed"
+    assert bool(diagnosis.drain) is drains
+    assert (diagnosis.quality == "confirmed") is drains
 
 
 def test_a_line_never_makes_a_node_outside_the_job_a_culprit(tmp_path):
@@ -130,8 +133,8 @@ KERNEL_LINE = f"2026-12-02T13:04:06.000000+00:00 gpu02 kernel: {XID}"
     [
         ("kernel", "kernel", "kernel", True),
         ("kernel", "kernel", None, True),  # a bundle from before provenance was recorded: its kind's
-        ("kernel", "kernel", "daemon", False),  # rsyslog's kern.log: a copy a daemon wrote
-        ("syslog", "syslog", "daemon", False),  # a root service's journal line quoting an Xid
+        ("kernel", "kernel", "daemon", True),  # rsyslog's kern.log: lines filed as the kernel's
+        ("syslog", "syslog", "daemon", True),  # root's journal, under `kernel`: only root writes that
         ("syslog", "syslog", None, False),  # old bundles read every uid's journal lines
         ("syslog", "syslog", "user", False),  # /var/log/syslog, which `logger` writes
         ("kernel", "kernel", "nonsense", False),
@@ -167,9 +170,19 @@ def test_owner_check_walks_every_folder_from_the_root(tmp_path):
     assert not OwnerCheck(tmp_path, enabled=False).vouches(Path("a/b/c/f"))
 
 
+def test_a_root_services_line_quoting_an_xid_is_no_kernel_report(tmp_path):
+    folder = tmp_path / "7"
+    line = f"2026-12-02T13:04:06.000000+00:00 gpu02 nv-hostengine[991]: {XID}"
+    bundle(folder, "gpu02", [source("syslog", "syslog", line, "daemon")])
+    bundle(folder, "gpu01", [])
+    assert analyze_path(folder).drain == []
+
+
 def test_kernel_reading_rules_need_the_kernels_own_log():
     assert supports_verdict(Provenance.KERNEL, reads_kernel=True)
     assert not supports_verdict(Provenance.DAEMON, reads_kernel=True)
+    assert supports_verdict(Provenance.DAEMON, reads_kernel=True, filed_as_kernel=True)
+    assert not supports_verdict(Provenance.USER, reads_kernel=True, filed_as_kernel=True)
     assert supports_verdict(Provenance.DAEMON, reads_kernel=False)
     assert supports_verdict(Provenance.PROBE, reads_kernel=False)
     assert not supports_verdict(Provenance.USER, reads_kernel=False)

@@ -296,6 +296,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
     placed once the nodes' boot times are known)."""
     first_line = hit.text.split("\n", 1)[0]
     kernel_side = "kernel" in hit.rule.sources
+    origin = line_origin(first_line)
     event = Event(
         rule_id=hit.rule.id,
         title=hit.rule.title,
@@ -310,7 +311,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
         text=hit.text,
         kind=source.kind,
         provenance=source.provenance,
-        trusted=supports_verdict(source.provenance, reads_kernel=kernel_side and source.kind in LOG_KINDS),
+        trusted=supports_verdict(source.provenance, kernel_side and source.kind in LOG_KINDS, origin.program == "kernel"),
         kernel_side=kernel_side,
         order=(index, hit.lineno),
         fields=hit.fields,
@@ -321,7 +322,6 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
     if place:
         _place_in_time(event, stamp, clock.boot, hit.fields.get("at"))
     event.body = _body(first_line, hit.rule.match.contains)
-    origin = line_origin(first_line)
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host
     event.rank = hit.fields.get("rank", origin.rank)
     if isinstance(event.rank, str):

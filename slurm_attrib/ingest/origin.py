@@ -27,6 +27,7 @@ class Origin:
     host: str | None = None
     rank: int | None = None
     task: int | None = None
+    program: str | None = None  # the syslog header's program (`kernel`, `slurmd`): who the line says it is
 
 
 NO_ORIGIN = Origin()
@@ -38,7 +39,7 @@ _RANK_PREFIX = re.compile(r"\[(?:rank|RANK)(\d{1,7})\]:")
 _NCCL_TIME = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\] ")
 _NCCL = re.compile(r"([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[-?\d+\] ")
 _HOST = r"(?P<host>[A-Za-z0-9][\w.-]*)"
-_PROG = r" [A-Za-z_(][^\s\[:]*(?:\[\d+\])?:"
+_PROG = r" (?P<prog>[A-Za-z_(][^\s\[:]*)(?:\[\d+\])?:"
 _SYSLOG = re.compile(
     r"(?:<\d{1,3}>)?(?:"
     # RFC 3164, journalctl short / short-precise (optional year)
@@ -74,7 +75,7 @@ def line_origin(text: str) -> Origin:
     if len(text) > 1024:
         text = text[:1024]
     pos = 0
-    task = rank = host = None
+    task = rank = host = program = None
     m = _LABEL.match(text)
     if m is not None:
         task = int(m.group(1))
@@ -101,10 +102,12 @@ def line_origin(text: str) -> Origin:
         m = _RFC5424.match(text, pos) or _SYSLOG.match(text, pos)
         if m is not None:
             host = _short(m["host"])
+            program = m.groupdict().get("prog")
     elif first:
         m = _SYSLOG.match(text, pos) if (first.isupper() or first.isdigit()) else None
         if m is not None:
             host = _short(m["host"])
+            program = m["prog"]
         else:
             m = _NCCL.match(text, pos) or _TALOS.match(text, pos)
             if m is not None:
@@ -115,4 +118,4 @@ def line_origin(text: str) -> Origin:
             rank = int(m.group(1))
     if task is None and rank is None and host is None:
         return NO_ORIGIN
-    return Origin(host, rank, task)
+    return Origin(host, rank, task, program)
