@@ -29,8 +29,21 @@ ADVERSARIAL = [
     "CA 'mlx5_0'" + "\nC" * 12 + "\n\tPort 1:\n\t\tState: Active",
 ]
 
+# Shapes for the format sniffers of ingest (prompt lines, sysfs key=value, nvidia-smi, NCCL prefix).
+INGEST_SHAPES = [
+    "user@gpu01:~$ " + "journalctl " * 1000,
+    "0" * 10_000 + "!",
+    "a/" * 5000 + "!",
+    "\t" * 10_000 + "A",
+    " " * 10_000 + "A: ",
+    "0" * 10_000 + ":1:2 [0] x",
+    "." * 10_000 + "x",
+]
+
 
 def test_redos_lines_are_analysed_and_the_diagnosis_is_made(tmp_path):
+    (tmp_path / "gpu01").mkdir()
+    (tmp_path / "gpu01" / "hostile.log").write_text("\n".join(INGEST_SHAPES) + "\n")
     (tmp_path / "job.json").write_text(json.dumps({"job_id": "1", "state": "FAILED", "nodes": ["gpu01"]}))
     (tmp_path / "slurm-1.out").write_text("\n".join([*ADVERSARIAL, OOM]) + "\n")
     result = subprocess.run([*sattrib_argv(), "analyze", str(tmp_path)], capture_output=True, timeout=60)
