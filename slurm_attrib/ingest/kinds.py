@@ -97,7 +97,9 @@ def _command_hint(cmd: str) -> str | None:
         return None
     if "nvidia-smi" in cmd:
         return "nvidia_smi"
-    if "dmesg" in cmd or "kern.log" in cmd or re.search(r"journalctl\b.*(?:\s-\w*k|--dmesg)", cmd):
+    journalctl = re.search(r"journalctl\b", cmd)
+    # the flag searched from the first `journalctl` on: `journalctl\b.*\s-\w*k` is quadratic in the line
+    if "dmesg" in cmd or "kern.log" in cmd or (journalctl and re.search(r"\s-\w*k", cmd[journalctl.end():])):
         return "kernel"
     if "journalctl" in cmd or "/var/log/syslog" in cmd or "/var/log/messages" in cmd:
         return "syslog"

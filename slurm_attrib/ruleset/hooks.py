@@ -7,7 +7,6 @@ catalog once.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from slurm_attrib.paths import bundled_dir
 from slurm_attrib.ruleset.cache import cached
 from slurm_attrib.ruleset.loader import load_yaml_file
+from slurm_attrib.ruleset.spec import compiled
 
 
 if TYPE_CHECKING:
@@ -64,10 +64,11 @@ def refine_xid(hit: "Hit") -> "Hit":
     return hit
 
 
+# Like the rules' regexes, these read log text: RE2, linear in the line.
 # Xid 154 states the recovery action itself (domain-facts §1.3, [S1][S25]).
-_RECOVERY_ACTION = re.compile(r"GPU recovery action changed from 0x[0-9a-fA-F]+ \(([^)]*)\) to 0x[0-9a-fA-F]+ \(([^)]*)\)")
+_RECOVERY_ACTION = compiled(r"GPU recovery action changed from 0x[0-9a-fA-F]+ \(([^)]*)\) to 0x[0-9a-fA-F]+ \(([^)]*)\)")
 # NVLink5 Xids 144-150 print `<UNIT> Fatal|Nonfatal XC0|XC1 i<n> Link <nn> (...)` ([S6]).
-_NVLINK5 = re.compile(r"\b(Fatal|Nonfatal)\s+XC[01]\s+i\d+\s+Link\s+(\d+)")
+_NVLINK5 = compiled(r"\b(Fatal|Nonfatal)\s+XC[01]\s+i\d+\s+Link\s+(\d+)")
 
 
 def _xid_details(hit: "Hit", xid: int | None) -> None:
@@ -97,10 +98,10 @@ def _xid_details(hit: "Hit", xid: int | None) -> None:
 
 # Every family's codes are keyed by number and by every printed spelling (name, name without its
 # prefix, message, aliases), normalised: lower case, single spaces, no trailing period or quotes.
-_NAME_IN_TEXT = re.compile(
+_NAME_IN_TEXT = compiled(
     r"\b(?:cudaError\w+|CUDA_ERROR_\w+|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|IBV_WC_\w+|nccl[A-Z]\w+|SIG[A-Z0-9]+)\b"
 )
-_NUMBER = re.compile(r"^[-+]?\d+$")
+_NUMBER = compiled(r"^[-+]?\d+$")
 
 
 def _norm(text: str) -> str:
@@ -282,6 +283,9 @@ def refine_lsf_term(hit: "Hit") -> "Hit":
     return _refine_by_table(hit, "lsf_term", ("reason",), "lsf_term")
 
 
+_SWITCH_STOPPED = compiled(r"SOE|Shutting Down")
+
+
 def refine_sxid(hit: "Hit") -> "Hit":
     """NVSwitch SXid: the line itself says Fatal or Non-fatal ([S6][S5t])."""
     fatality = (hit.fields.get("fatal") or "").lower()
@@ -289,7 +293,7 @@ def refine_sxid(hit: "Hit") -> "Hit":
     if not fatality and message:
         # No severity word: the switch firmware (SOE) halting or an OVERT thermal shutdown stops the
         # switch; temperature / slowdown reports do not.
-        fatality = "fatal" if re.search(r"SOE|Shutting Down", message) else ""
+        fatality = "fatal" if _SWITCH_STOPPED.search(message) else ""
     hit.notes["sxid_fatal"] = fatality == "fatal"
     if fatality != "fatal":
         hit.role, hit.strength, hit.severity, hit.category = "context", 1, "warning", None
@@ -397,10 +401,10 @@ def refine_reported_xid(hit: "Hit") -> "Hit":
 
 # NHC check names (check_<area>_...) and message words -> what the failing check tested.
 _HEALTH_CHECK_AREAS = (
-    (re.compile(r"(?i)xid|gpu|nvidia|nvsmi|nvml|dcgm|nvlink|cuda|row.?remap|ecc"), "gpu", "gpu_hardware_other"),
-    (re.compile(r"(?i)\bib\b|_ib\b|infiniband|mlx\d|hca|\blink\b|ethernet|_net|_eth|rdma|\bopa\b|hfi"), "network", "fabric_other"),
-    (re.compile(r"(?i)_fs_|mount|disk|lustre|gpfs|nfs|beegfs|filesystem|file system|inode|quota"), "storage", "filesystem_error"),
-    (re.compile(r"(?i)mem|dimm|swap|cpu|mce|edac|thermal|temp|fan|power|psu|bmc|ipmi"), "host", "host_hardware_other"),
+    (compiled(r"(?i)xid|gpu|nvidia|nvsmi|nvml|dcgm|nvlink|cuda|row.?remap|ecc"), "gpu", "gpu_hardware_other"),
+    (compiled(r"(?i)\bib\b|_ib\b|infiniband|mlx\d|hca|\blink\b|ethernet|_net|_eth|rdma|\bopa\b|hfi"), "network", "fabric_other"),
+    (compiled(r"(?i)_fs_|mount|disk|lustre|gpfs|nfs|beegfs|filesystem|file system|inode|quota"), "storage", "filesystem_error"),
+    (compiled(r"(?i)mem|dimm|swap|cpu|mce|edac|thermal|temp|fan|power|psu|bmc|ipmi"), "host", "host_hardware_other"),
 )
 
 
@@ -429,7 +433,13 @@ def refine_k8s_eviction(hit: "Hit") -> "Hit":
     return hit
 
 
-HOOKS: dict[str, Callable[["Hit"], "Hit"]] = {
+def progress_done(hit: "Hit") -> "Hit | None":
+    """A progress bar at 100% is a finished run only when its count is complete (tqdm rounds
+    741/742 up to 100%): no hit otherwise."""
+    return hit if hit.fields.get("done") == hit.fields.get("total") else None
+
+
+HOOKS: dict[str, Callable[["Hit"], "Hit | None"]] = {
     "xid": refine_xid,
     "reported_xid": refine_reported_xid,
     "health_check": refine_health_check,
@@ -445,4 +455,5 @@ HOOKS: dict[str, Callable[["Hit"], "Hit"]] = {
     "nccl_result": refine_nccl_result,
     "lib_status": refine_lib_status,
     "lsf_term": refine_lsf_term,
+    "progress_done": progress_done,
 }

@@ -7,6 +7,10 @@ else one alternation in Python's `re` (slow with a hundred literals).  All find 
 lines that hold a literal are decoded and checked with the rules' regexes, so throughput is that of
 the literal search.  `SATTRIB_SCAN_ENGINE` (hyperscan, ahocorasick, grep, re) picks one by name.
 
+The rules' regexes run on RE2 (linear in the line, whatever the line holds: job output is the
+user's), on the line's UTF-8 bytes: RE2 matches bytes, and a str would be encoded again by every
+rule that reads the line.
+
 Case-insensitive literals (`match.ignore_case`, ASCII case folding as in every engine): Hyperscan,
 grep -i and `re` fold case themselves; for Aho-Corasick each such literal is searched by every case
 variant of its head (at most 6 letters), and each hit is then checked against the whole literal.
@@ -83,7 +87,7 @@ def best_engine() -> str:
 class Scanner:
     def __init__(self, rules: list[Rule], engine: str = "auto"):
         self.rules = rules
-        self._compiled: dict[str, tuple[re.Pattern, list[re.Pattern]]] = {}  # compiled when first needed
+        self._compiled: dict[str, CompiledRule] = {}  # compiled when first needed
         literals = sorted({lit for r in rules for lit in r.match.contains})
         self._literals = literals
         self._rules_by_literal: dict[str, list[Rule]] = {lit: [] for lit in literals}
@@ -216,13 +220,14 @@ class Scanner:
         line = _decode(data, start)
         rules = self._rules_for(line) if literal_ids is None else self._rules_of(literal_ids)
         hits = []
+        line_bytes = line.encode()
         for rule in rules:
             if kind not in rule.sources:
                 continue
             text = line
             if rule.match.following:
                 text = "\n".join([line, *_following_lines(data, start, rule.match.following)])
-            hit = self._match_rule(rule, text, lineno, start)
+            hit = self._match_rule(rule, text, line_bytes, lineno, start)
             if hit is not None:
                 hits.append(hit)
         return hits
@@ -252,15 +257,16 @@ class Scanner:
                     chosen[rule.id] = rule
         return [chosen[k] for k in sorted(chosen)]
 
-    def _match_rule(self, rule: Rule, text: str, lineno: int, offset: int) -> Hit | None:
+    def _match_rule(self, rule: Rule, text: str, line: bytes, lineno: int, offset: int) -> Hit | None:
+        """The rule's hit on `text` (the line, and its following lines when the rule reads them);
+        `line` is the line's UTF-8, for `requires` and `capture`."""
         compiled = self._compiled.get(rule.id)
         if compiled is None:
-            compiled = self._compiled[rule.id] = _compile_rule(rule)
-        regex, unless = compiled
-        found = regex.search(text)
-        if found is None or any(u.search(text) for u in unless):
+            compiled = self._compiled[rule.id] = CompiledRule(rule)
+        groups = compiled.groups(line if not rule.match.following else text.encode(), line)
+        if groups is None:
             return None
-        fields = _cast_fields(rule, found.groupdict())
+        fields = _cast_fields(rule, groups)
         if fields is None:
             return None
         event = rule.event
@@ -281,9 +287,54 @@ class Scanner:
         return hit
 
 
-def _compile_rule(rule: Rule) -> tuple[re.Pattern, list[re.Pattern]]:
-    flags = re.IGNORECASE if rule.match.ignore_case else 0
-    return compiled(rule.match.regex, flags), [compiled(u, flags) for u in rule.match.unless]
+class Regex:
+    """An RE2 pattern whose search gives its named groups as text (None: the group took no part)."""
+
+    __slots__ = ("_regex", "_groups")
+
+    def __init__(self, pattern: str, ignore_case: bool = False):
+        self._regex = compiled(pattern, ignore_case)
+        self._groups = tuple(self._regex.groupindex.items())  # the wrapper rebuilds it on every call
+
+    def search(self, data: bytes) -> dict[str, str | None] | None:
+        found = self._regex.search(data)
+        if found is None:
+            return None
+        groups = {}
+        for name, index in self._groups:
+            begin, end = found.span(index)
+            groups[name] = data[begin:end].decode() if begin >= 0 else None
+        return groups
+
+
+class CompiledRule:
+    """A rule's regexes, compiled once: `regex` on the text, the others on the matched line."""
+
+    __slots__ = ("regex", "unless", "requires", "capture")
+
+    def __init__(self, rule: Rule):
+        ignore_case = rule.match.ignore_case
+        self.regex = Regex(rule.match.regex, ignore_case)
+        self.unless = [Regex(u, ignore_case) for u in rule.match.unless]
+        self.requires = [Regex(r, ignore_case) for r in rule.match.requires]
+        self.capture = [Regex(c, ignore_case) for c in rule.match.capture]
+
+    def groups(self, text: bytes, line: bytes) -> dict[str, str | None] | None:
+        """The named groups of a match (capture and requires first, as the lookaheads they stand
+        for were), or None when the text does not match."""
+        found = self.regex.search(text)
+        if found is None or any(u.search(text) is not None for u in self.unless):
+            return None
+        groups: dict[str, str | None] = {}
+        for regex in self.requires:
+            required = regex.search(line)
+            if required is None:
+                return None
+            groups.update(required)
+        for regex in self.capture:
+            groups.update(regex.search(line) or {})
+        groups.update(found)
+        return groups
 
 
 def _hyperscan_db(literals: list[str], caseless: set[str]):

@@ -10,6 +10,9 @@ One rule turns one log line (or a short block starting at that line) into an eve
       contains: ['NVRM: Xid']         # literal pre-filter: the line holds at least one
       regex: 'NVRM: Xid \\((?:PCI:)?(?P<pci>...)\\): (?P<xid>\\d+)'
       unless: ['regex', ...]          # near misses that must not match
+      requires: ['regex', ...]        # the matched line must hold these too, anywhere on it
+      capture: ['regex', ...]         # named groups read wherever they are on the matched line
+                                      # (a rank printed before or after the message), when present
       following: 0                    # lines after the matched one the regex may also read
     fields: {xid: int, pci: pci}      # casts for named groups (int, float, str, lower, pci)
     event:
@@ -26,6 +29,12 @@ One rule turns one log line (or a short block starting at that line) into an eve
     examples:
       match: [{line: '...', fields: {...}}]
       no_match: ['...']
+
+Every regex runs on RE2 (`google-re2`), in time linear in the line: job output is written by the
+user, and a backtracking engine lets one line hang the analysis.  RE2 has no lookaround and no
+backreference; `requires` and `capture` take the place of a lookahead, `unless` of a negative one.
+A pattern RE2 cannot run is refused when the rule loads.  RE2's classes (`\\d`, `\\w`, `\\s`,
+`\\b`) are ASCII, and `$` is the end of the text only (`\\z`; Python's `\\Z` is not RE2 syntax).
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import re
 from functools import cache
 from typing import Any, Literal
 
+import re2
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, DOMAIN_OF_CATEGORY, SOURCE_KINDS
@@ -43,10 +53,23 @@ RULE_ID = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
 
 
 @cache
-def compiled(pattern: str, flags: int = 0) -> re.Pattern:
-    """re.compile once per process: validating a rule and scanning with it share the pattern
-    (the re module's own cache holds fewer patterns than the rule pack has)."""
-    return re.compile(pattern, flags)
+def compiled(pattern: str, ignore_case: bool = False):
+    """The pattern compiled by RE2, once per process: validating a rule and scanning with it share
+    it.  Raises re2.error with RE2's one-line reason (e.g. `invalid perl operator: (?=`)."""
+    options = re2.Options()
+    options.log_errors = False  # the reason goes into our error, not to stderr
+    options.case_sensitive = not ignore_case
+    return re2.compile(pattern, options)
+
+
+def _check_compiles(what: str, pattern: str) -> None:
+    try:
+        compiled(pattern)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise ValueError(
+            f"{what} {pattern!r} does not compile for RE2, the linear-time engine (no lookaround, no backreference): {reason}"
+        ) from None
 
 
 class StrictModel(BaseModel):
@@ -57,6 +80,8 @@ class Match(StrictModel):
     contains: list[str] = Field(min_length=1)
     regex: str
     unless: list[str] = []
+    requires: list[str] = []
+    capture: list[str] = []
     following: int = Field(default=0, ge=0, le=40)
     ignore_case: bool = False
 
@@ -70,21 +95,19 @@ class Match(StrictModel):
     @field_validator("regex")
     @classmethod
     def _regex_compiles(cls, value: str) -> str:
-        try:
-            compiled(value)
-        except re.error as exc:
-            raise ValueError(f"regex does not compile: {exc}") from None
+        _check_compiles("regex", value)
         return value
 
-    @field_validator("unless")
+    @field_validator("unless", "requires", "capture")
     @classmethod
-    def _unless_compiles(cls, value: list[str]) -> list[str]:
+    def _list_compiles(cls, value: list[str]) -> list[str]:
         for pattern in value:
-            try:
-                compiled(pattern)
-            except re.error as exc:
-                raise ValueError(f"unless regex {pattern!r} does not compile: {exc}") from None
+            _check_compiles("regex", pattern)
         return value
+
+    def group_names(self) -> list[str]:
+        """The named groups of every regex that gives fields: capture, requires, then regex."""
+        return [name for pattern in [*self.capture, *self.requires, self.regex] for name in compiled(pattern).groupindex]
 
 
 class EventSpec(StrictModel):
@@ -154,7 +177,11 @@ class Rule(StrictModel):
 
     @model_validator(mode="after")
     def _fields_are_groups(self) -> "Rule":
-        groups = set(compiled(self.match.regex).groupindex)
+        names = self.match.group_names()
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"group(s) {twice} are named in more than one of match.regex, requires, capture")
+        groups = set(names)
         missing = sorted(set(self.fields) - groups)
         if missing:
             raise ValueError(f"fields {missing} are not named groups of match.regex")
