@@ -1,13 +1,17 @@
 """Input that is legal in form but hostile in size or value (far stamps, huge hostlists, gzip
 bombs, deep folders, malformed bundles) gives a diagnosis with coverage notes, never a stop."""
 
+import gzip
 import json
+import resource
 import subprocess
+import zlib
 
 import pytest
 
 from slurm_attrib import hostlist
 from slurm_attrib.engine.timefmt import iso, unix
+from slurm_attrib.ingest import readers
 from slurm_attrib.ingest.layout import TimeOutOfRange, parse_job_time
 from slurm_attrib.ingest.timestamps import parse_line_time
 from slurm_attrib.timebounds import sane_time
@@ -110,3 +114,41 @@ def test_a_hostlist_bomb_in_job_json_is_a_coverage_note(tmp_path, nodes):
     diagnosis = json.loads(result.stdout)
     assert diagnosis["category"] == "app_exception" and diagnosis["outcome"]["nodes"] == []
     assert any("'nodes' ignored" in n for n in job_coverage(diagnosis))
+
+
+# ------------------------------------------------------------------------------------ gzip bombs
+
+def gzip_bomb(megabytes: int, tail: bytes = b"") -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = b"\0" * (1 << 20)
+    parts = [packer.compress(zeros) for _ in range(megabytes)]
+    return b"".join([*parts, packer.compress(tail), packer.flush()])
+
+
+def analyze_within(path, megabytes):
+    """`sattrib analyze` with its address space limited (RLIMIT_AS): a memory spike fails it."""
+    limit = megabytes << 20
+    return subprocess.run([*sattrib_argv(), "analyze", str(path)], capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+
+
+def test_a_gzip_bomb_is_a_truncated_source_in_bounded_memory(tmp_path):
+    (tmp_path / "gpu01").mkdir()
+    (tmp_path / "gpu01" / "dmesg.gz").write_bytes(gzip_bomb(1024))  # 1 GiB of zeros in 1 MB
+    (tmp_path / "slurm-1.out").write_text(EXCEPTION)
+    result = analyze_within(tmp_path, 600)
+    assert result.returncode == 0, result.stderr
+    diagnosis = json.loads(result.stdout)
+    assert diagnosis["category"] == "app_exception"
+    bomb = next(c for c in diagnosis["coverage"] if c["source"] == "gpu01/dmesg.gz")
+    assert bomb["status"] == "truncated" and "gzip bomb" in bomb["detail"]
+
+
+def test_gzip_reading_keeps_the_newest_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(readers, "MAX_GZIP_KEPT", 1 << 20)
+    lines = b"".join(b"2026-12-02T13:04:%02dZ line %d\n" % (n % 60, n) for n in range(100_000))
+    (tmp_path / "log.gz").write_bytes(gzip.compress(lines))
+    result = readers.read_file(tmp_path / "log.gz")
+    assert result.status == "truncated" and len(result.data) <= readers.MAX_GZIP_KEPT
+    assert result.data.endswith(b"line 99999\n") and result.data.startswith(b"2026-")
+    assert result.line_offset == lines.count(b"\n", 0, len(lines) - len(result.data))
