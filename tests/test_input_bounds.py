@@ -3,6 +3,7 @@ bombs, deep folders, malformed bundles) gives a diagnosis with coverage notes, n
 
 import gzip
 import json
+import os
 import resource
 import subprocess
 import zlib
@@ -152,3 +153,24 @@ def test_gzip_reading_keeps_the_newest_bytes(tmp_path, monkeypatch):
     assert result.status == "truncated" and len(result.data) <= readers.MAX_GZIP_KEPT
     assert result.data.endswith(b"line 99999\n") and result.data.startswith(b"2026-")
     assert result.line_offset == lines.count(b"\n", 0, len(lines) - len(result.data))
+
+
+# ---------------------------------------------------------------------------------- deep folders
+
+def test_a_deep_folder_is_read(tmp_path):
+    deep = str(tmp_path / "gpu01")
+    os.mkdir(deep)
+    for _ in range(1500):  # deeper than Python's recursion limit
+        deep += "/d"
+        os.mkdir(deep)
+    with open(f"{deep}/app.log", "w") as log:
+        log.write(EXCEPTION)
+    result = analyze(tmp_path)
+    os.remove(f"{deep}/app.log")
+    while deep != str(tmp_path):  # shutil.rmtree recurses too: leave pytest no deep tree
+        os.rmdir(deep)
+        deep = os.path.dirname(deep)
+    assert result.returncode == 0, result.stderr
+    diagnosis = json.loads(result.stdout)
+    assert diagnosis["category"] == "app_exception"
+    assert diagnosis["evidence"][0]["node"] == "gpu01" and diagnosis["evidence"][0]["source"].endswith("/d/app.log")

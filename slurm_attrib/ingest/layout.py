@@ -139,11 +139,14 @@ def _mostly_binary(data: bytes, sample: int = 4096) -> bool:
 
 
 def _walk(root: Path) -> list[tuple[str, str | None, str, int, str]]:
-    """(rel, node, what, size, detail) for every non-hidden entry; what is file|skipped|unreadable."""
+    """(rel, node, what, size, detail) for every non-hidden entry; what is file|skipped|unreadable.
+    Folders are walked with a stack, not recursion: any depth of folders is read."""
     found: list[tuple[str, str | None, str, int, str]] = []
     root_text = str(root)
-
-    def visit(directory: str, prefix: str, node: str | None, top: bool) -> None:
+    pending: list[tuple[str, str, str | None]] = [(root_text, "", None)]  # directory, prefix, node
+    while pending:
+        directory, prefix, node = pending.pop()
+        top = directory == root_text
         try:
             with os.scandir(directory) as iterator:
                 entries = list(iterator)
@@ -151,36 +154,32 @@ def _walk(root: Path) -> list[tuple[str, str | None, str, int, str]]:
             if top:
                 raise
             found.append((prefix.rstrip("/") + "/", node, "unreadable", 0, readers._describe(error)))
-            return
+            continue
         for entry in entries:
             name = entry.name
             if name.startswith("."):
                 continue
             rel = prefix + name
-            owner = node if node is not None else (name if top else None)
             try:
                 if entry.is_symlink():
-                    found.append((rel, node if not top else None, "skipped", 0,
-                                  _symlink_detail(entry.path, root_text)))
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    visit(entry.path, rel + "/", owner, False)
-                    continue
-                if entry.is_file(follow_symlinks=False):
-                    if name.lower().endswith(METADATA_SUFFIXES):
-                        found.append((rel, node, "skipped", 0, "metadata (YAML), not a log"))
-                        continue
-                    size = entry.stat(follow_symlinks=False).st_size
-                    found.append((rel, node, "file", size, ""))
-                    continue
-                mode = entry.stat(follow_symlinks=False).st_mode
-                found.append((rel, node, "skipped", 0, f"not a regular file ({readers._file_type(mode)})"))
+                    found.append((rel, node, "skipped", 0, _symlink_detail(entry.path, root_text)))
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, rel + "/", node if not top else name))
+                else:
+                    found.append(_walked_entry(entry, rel, node))
             except OSError as error:
                 found.append((rel, node, "unreadable", 0, readers._describe(error)))
-
-    visit(root_text, "", None, True)
     found.sort(key=lambda item: item[0])
     return found
+
+
+def _walked_entry(entry: os.DirEntry, rel: str, node: str | None) -> tuple[str, str | None, str, int, str]:
+    if entry.is_file(follow_symlinks=False):
+        if entry.name.lower().endswith(METADATA_SUFFIXES):
+            return rel, node, "skipped", 0, "metadata (YAML), not a log"
+        return rel, node, "file", entry.stat(follow_symlinks=False).st_size, ""
+    mode = entry.stat(follow_symlinks=False).st_mode
+    return rel, node, "skipped", 0, f"not a regular file ({readers._file_type(mode)})"
 
 
 def _symlink_detail(link: str, root: str) -> str:
