@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -197,7 +198,7 @@ def _after_store(store, config, row, diagnosis) -> None:
 
 def _env_int(env: dict, key: str) -> int | None:
     value = env.get(key, "")
-    return int(value) if value.isdigit() else None
+    return int(value) if re.fullmatch(r"[0-9]{1,10}", value) else None
 
 
 def _merge(job, info):
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=None, help="seconds to wait for node bundles")
     args = parser.parse_args(argv)
     job_id = args.job_id or os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
-    if not job_id or not job_id.isdigit():
+    if not job_id or not re.fullmatch(r"[0-9]{1,12}", job_id):
         print("sattrib-worker: no job id (argument or SLURM_JOB_ID)", file=sys.stderr)
         return 2
     from slurm_attrib.config import load_config

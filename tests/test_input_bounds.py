@@ -174,3 +174,25 @@ def test_a_deep_folder_is_read(tmp_path):
     diagnosis = json.loads(result.stdout)
     assert diagnosis["category"] == "app_exception"
     assert diagnosis["evidence"][0]["node"] == "gpu01" and diagnosis["evidence"][0]["source"].endswith("/d/app.log")
+
+
+# ----------------------------------------------------------------------------- validation (full)
+
+def test_validation_refuses_a_trailing_newline():
+    from slurm_attrib.capture.common import valid_job_id, valid_node
+    from slurm_attrib.fleet.batch import is_job_id
+    from slurm_attrib.slurm import cli as slurm_cli
+
+    assert valid_job_id("123") and valid_node("gpu01") and is_job_id("123_4")
+    assert not valid_job_id("123\n") and not valid_node("gpu01\n")
+    assert not slurm_cli._VALID_JOB.fullmatch("123\n") and not slurm_cli._VALID_NODE.fullmatch("gpu01\n")
+    assert not is_job_id("١٢٣") and slurm_cli._time("١٢٣") is None
+    assert slurm_cli._owner("root(0)\n") == ("root(0)\n", None)
+
+
+def test_the_worker_refuses_a_job_id_with_a_newline(tmp_path):
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "slurm_attrib.worker", "123\n"], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "SATTRIB_CONFIG": str(tmp_path / "none.yaml")})
+    assert result.returncode == 2 and "no job id" in result.stderr

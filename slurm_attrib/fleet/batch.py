@@ -67,7 +67,7 @@ class Summary:
 
 
 def is_job_id(name: str) -> bool:
-    return bool(name) and name[0].isdigit() and all(c.isdigit() or c in "_+" for c in name)
+    return name.isascii() and bool(name) and name[0].isdigit() and all(c.isdigit() or c in "_+" for c in name)
 
 
 def find_jobs(sources: Iterable[Path]) -> tuple[list[BatchJob], list[str]]:

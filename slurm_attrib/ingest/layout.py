@@ -211,7 +211,7 @@ def _read_job(shown: Path, actual: Path) -> tuple[JobContext, list[CoverageEntry
         raise InputError(f"{name}: larger than {MAX_JOB_FILE} bytes")
     try:
         raw = json.loads(result.data)
-    except (ValueError, UnicodeDecodeError) as error:
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
         raise InputError(f"{name}: not valid JSON ({_one_line(error)})") from None
     if not isinstance(raw, dict):
         raise InputError(f"{name}: not a JSON object")
