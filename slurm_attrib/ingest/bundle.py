@@ -36,7 +36,8 @@ from pathlib import Path
 from slurm_attrib.ingest import readers
 from slurm_attrib.ingest.gpuids import identity_csv
 from slurm_attrib.ingest.types import CoverageEntry, Evidence, JobContext, SourceFile
-from slurm_attrib.timebounds import sane_time
+from slurm_attrib.ingest.layout import parse_job_time
+from slurm_attrib.timebounds import describe_range, sane_time
 from slurm_attrib.vocab import SOURCE_KINDS, TRUSTED_KINDS
 
 BUNDLE_FORMAT = "sattrib-node-bundle"
@@ -106,6 +107,16 @@ def _time(value) -> float | None:
         except ValueError:
             return None
     return sane_time(value)
+
+
+def _record_time(record: dict, key: str, coverage: list[CoverageEntry]) -> float | None:
+    """job.json's start or end (UNIX seconds or ISO 8601); None, with a note, when no sane time."""
+    try:
+        return parse_job_time(record.get(key))
+    except (ValueError, TypeError):
+        shown = " ".join(repr(record.get(key)).split())[:80]
+        coverage.append(CoverageEntry(None, "job.json", "job", "ok", f"key '{key}' ignored: {shown} is not {describe_range()}"))
+        return None
 
 
 def _list(value) -> list:
@@ -265,11 +276,10 @@ def _job_context(path: Path, bundles: list[tuple[str, dict]], coverage: list[Cov
         nodes = [n for n in record["nodes"] if isinstance(n, str) and _NODE_RE.fullmatch(n)] or nodes
     if not nodes:
         nodes = [node for node, _ in bundles]
-    for key in ("start", "end"):
-        if record.get(key) is not None and _time(record.get(key)) is None:
-            coverage.append(CoverageEntry(None, "job.json", "job", "ok", f"key '{key}' ignored: not a sane UNIX time"))
-    start = _time(record.get("start")) if record.get("start") is not None else (min(starts) if starts else None)
-    end = _time(record.get("end")) if record.get("end") is not None else (max(ends) if ends else None)
+    start = _record_time(record, "start", coverage)
+    end = _record_time(record, "end", coverage)
+    start = start if start is not None else (min(starts) if starts else None)
+    end = end if end is not None else (max(ends) if ends else None)
     return JobContext(
         job_id=str(job_id) if job_id is not None else None,
         user=str(user) if user is not None else None,
