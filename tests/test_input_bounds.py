@@ -196,3 +196,12 @@ def test_the_worker_refuses_a_job_id_with_a_newline(tmp_path):
     result = subprocess.run([sys.executable, "-m", "slurm_attrib.worker", "123\n"], capture_output=True, text=True,
                             timeout=60, env={**os.environ, "SATTRIB_CONFIG": str(tmp_path / "none.yaml")})
     assert result.returncode == 2 and "no job id" in result.stderr
+
+
+@pytest.mark.parametrize("since", ["nan", "inf", "1e300d", "-5d"])
+def test_a_report_window_that_is_no_duration_is_refused(since):
+    from slurm_attrib.errors import SattribError
+    from slurm_attrib.fleet.report import parse_days
+
+    with pytest.raises(SattribError, match="--since"):
+        parse_days(since)
