@@ -147,9 +147,11 @@ def analyse_one(job: BatchJob, config) -> tuple:
     The analysis runs in a child within the analysis budget; one that exceeds it gives an
     incomplete diagnosis (what was read, why it stopped)."""
     from slurm_attrib.budget import budget_of, incomplete_diagnosis, run_within
+    from slurm_attrib.engine.pipeline import warm_scanners
     from slurm_attrib.render import render_text
 
     try:
+        warm_scanners(tuple(Path(d) for d in config.rule_dirs))  # once here, inherited by every child
         run = run_within(budget_of(config), _diagnose, job.evidence, config)
     except SattribError as exc:
         return job.job_id, None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
