@@ -165,11 +165,13 @@ def test_a_deep_folder_is_read(tmp_path):
         os.mkdir(deep)
     with open(f"{deep}/app.log", "w") as log:
         log.write(EXCEPTION)
-    result = analyze(tmp_path)
-    os.remove(f"{deep}/app.log")
-    while deep != str(tmp_path):  # shutil.rmtree recurses too: leave pytest no deep tree
-        os.rmdir(deep)
-        deep = os.path.dirname(deep)
+    try:
+        result = analyze(tmp_path)
+    finally:
+        os.remove(f"{deep}/app.log")
+        while deep != str(tmp_path):  # shutil.rmtree recurses too: leave pytest no deep tree
+            os.rmdir(deep)
+            deep = os.path.dirname(deep)
     assert result.returncode == 0, result.stderr
     diagnosis = json.loads(result.stdout)
     assert diagnosis["category"] == "app_exception"
