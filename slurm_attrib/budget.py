@@ -53,6 +53,9 @@ def run_within(budget: Budget, work: Callable[..., Any], *args: Any) -> Run:
     run = Run()
     try:
         outcome = _collect(read_end, pid, budget, run)
+    except BaseException:  # an interrupted caller (Ctrl-C): the child, in its own group, goes too
+        _stop(pid)
+        raise
     finally:
         os.close(read_end)
     if outcome is not None and outcome[0] == "raised":
@@ -91,6 +94,15 @@ def _own_group(pid: int) -> None:
         pass
 
 
+def _stop(pid: int) -> None:
+    """Kill the child with the scan workers it forked, and reap it."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):  # already reaped
+        pass
+
+
 def _picklable(error: BaseException) -> BaseException:
     try:
         pickle.loads(pickle.dumps(error))
@@ -114,8 +126,7 @@ def _collect(read_end: int, pid: int, budget: Budget, run: Run) -> tuple | None:
     while True:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and (left <= 0 or not select.select([read_end], [], [], left)[0]):
-            os.killpg(pid, signal.SIGKILL)  # with the scan workers it forked
-            os.waitpid(pid, 0)
+            _stop(pid)
             run.stopped = f"analysis stopped after {budget.seconds:g} s, its time budget (analysis_max_seconds)"
             return None
         chunk = os.read(read_end, 1 << 20)

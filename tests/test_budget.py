@@ -108,3 +108,27 @@ def test_the_worker_stores_an_incomplete_diagnosis_for_a_job_over_its_time(tmp_p
     assert row.domain == "unknown" and stored["quality"] == "insufficient" and stored["drain"] == []
     stopped = [c for c in stored["coverage"] if c["source"] == "analysis"]
     assert stopped and "stopped after 0.5 s" in stopped[0]["detail"]
+
+
+def writes_its_pid_then_sleeps(report, pid_file, seconds):
+    pid_file.write_text(str(os.getpid()))
+    time.sleep(seconds)
+
+
+def test_an_interrupted_caller_takes_the_child_with_it(tmp_path):
+    import signal
+    import threading
+
+    pid_file = tmp_path / "child.pid"
+
+    def interrupt_when_started():
+        deadline = time.monotonic() + 20
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_started, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_within(Budget(seconds=60), writes_its_pid_then_sleeps, pid_file, 60)
+    with pytest.raises(ProcessLookupError):  # killed and reaped
+        os.kill(int(pid_file.read_text()), 0)
