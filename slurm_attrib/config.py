@@ -117,6 +117,10 @@ class Config:
     # (a node whose job process hangs in the kernel runs its epilog only after Slurm's
     # UnkillableStepTimeout): each late arrival is analysed again and replaces the diagnosis.
     late_bundle_wait: float = 600.0
+    # Each analysis of the worker and of `sattrib batch` runs in a child process within these
+    # (0: no limit); one that exceeds them is stored as an incomplete diagnosis saying so.
+    analysis_max_seconds: float = 600.0
+    analysis_max_bytes: int = 4 * 1024**3  # address space of the analysing process
     drain_policy: str = "recommend"  # off | recommend | auto
     drain_max_nodes: int = 2
     systemic_threshold: int = 3  # more suspects than this in one job: drain nothing
@@ -274,6 +278,12 @@ def _config_from(data: dict, path: Path) -> Config:
         raise ConfigError(f"{path}: index_visibility {config.index_visibility!r} is not one of {', '.join(INDEX_VISIBILITIES)}")
     if index_url_problem(config.index_url):
         raise ConfigError(f"{path}: {index_url_problem(config.index_url)}")
+    for key in ("analysis_max_seconds", "analysis_max_bytes"):
+        value = getattr(config, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise ConfigError(f"{path}: {key} must be a number >= 0 (0: no limit), not {value!r}")
+    if 0 < config.analysis_max_bytes < 256 * 1024**2:
+        raise ConfigError(f"{path}: analysis_max_bytes must be 0 (no limit) or at least 268435456 (256 MiB)")
     _check_service(config, path)
     return config
 

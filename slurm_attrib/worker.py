@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -130,36 +131,31 @@ class JobFacts:
 
 
 def _analyse_and_store(facts: JobFacts, config, backend, apply: bool, how: str):
-    """Analyse the spool job directory as it is now, store the diagnosis, apply the drain policy."""
-    from slurm_attrib.connectors import gather
+    """Analyse the spool job directory as it is now (in a child within the analysis budget),
+    store the diagnosis, apply the drain policy."""
+    from slurm_attrib.budget import budget_of, incomplete_diagnosis, run_within
     from slurm_attrib.drain import apply_policy, plan
-    from slurm_attrib.engine.pipeline import analyze_evidence
-    from slurm_attrib.ingest.bundle import load_spool_job
+    from slurm_attrib.ingest.types import JobContext
     from slurm_attrib.render import render_text
     from slurm_attrib.ruleset.loader import pack_version
     from slurm_attrib.store import Store
 
     info, env = facts.info, facts.env
-    evidence = load_spool_job(facts.job_dir)
-    if info is not None:
-        evidence.job = _merge(evidence.job, info)
-    known_nodes = list(dict.fromkeys([*evidence.job.nodes, *facts.nodes]))
-    if known_nodes != list(evidence.job.nodes):
-        evidence.job = replace(evidence.job, nodes=tuple(known_nodes))
-    noted = {c.node for c in evidence.coverage if c.node}  # its bundle was read, or said missing or unreadable
-    for node in known_nodes:
-        if node not in noted:
-            evidence.coverage.append(
-                CoverageEntry(node, f"nodes/{node}.json.gz", None, "missing", f"no node bundle within {facts.wait:g} s")
-            )
-    gather(evidence, config)
-    diagnosis = analyze_evidence(evidence, tuple(Path(d) for d in config.rule_dirs))
+    run = run_within(budget_of(config), _diagnose, facts, config)
+    if run.stopped:
+        job, coverage = run.partial or (JobContext(nodes=tuple(facts.nodes)), [])
+        if run.partial is None and info is not None:
+            job = _merge(job, info)
+        diagnosis = incomplete_diagnosis(job, coverage, run.stopped)
+        log(f"job {facts.job_id}: {run.stopped}")
+    else:
+        diagnosis, job = run.result
     entries, note = plan(diagnosis, config)
     if apply:
         entries = apply_policy(entries, config, backend)
     uid = info.uid if info is not None and info.uid is not None else _env_int(env, "SLURM_JOB_UID")
     user = (info.user if info is not None else None) or env.get("SLURM_JOB_USER")
-    state = info.state if info is not None else evidence.job.state
+    state = info.state if info is not None else job.state
     store = Store(config.results, config.admin_group, config.index_url, config.index_visibility)
     row = store.save(
         facts.job_id, diagnosis, render_text(diagnosis), uid=uid, user=user, state=state, drains=entries,
@@ -172,6 +168,31 @@ def _analyse_and_store(facts: JobFacts, config, backend, apply: bool, how: str):
         f"{','.join(diagnosis.culprit_nodes) or '-'} drains: {summary}; {how}"
     )
     return row
+
+
+def _diagnose(report, facts: JobFacts, config):
+    """In the budgeted child: (diagnosis, job context); reports (job, coverage) once read."""
+    from slurm_attrib.connectors import gather
+    from slurm_attrib.engine.pipeline import analyze_evidence
+    from slurm_attrib.ingest.bundle import load_spool_job
+
+    info = facts.info
+    evidence = load_spool_job(facts.job_dir)
+    if info is not None:
+        evidence.job = _merge(evidence.job, info)
+    known_nodes = list(dict.fromkeys([*evidence.job.nodes, *facts.nodes]))
+    if known_nodes != list(evidence.job.nodes):
+        evidence.job = replace(evidence.job, nodes=tuple(known_nodes))
+    noted = {c.node for c in evidence.coverage if c.node}  # its bundle was read, or said missing or unreadable
+    for node in known_nodes:
+        if node not in noted:
+            evidence.coverage.append(
+                CoverageEntry(node, f"nodes/{node}.json.gz", None, "missing", f"no node bundle within {facts.wait:g} s")
+            )
+    report((evidence.job, list(evidence.coverage)))
+    gather(evidence, config)
+    report((evidence.job, list(evidence.coverage)))
+    return analyze_evidence(evidence, tuple(Path(d) for d in config.rule_dirs)), evidence.job
 
 
 def _after_store(store, config, row, diagnosis) -> None:
@@ -197,7 +218,7 @@ def _after_store(store, config, row, diagnosis) -> None:
 
 def _env_int(env: dict, key: str) -> int | None:
     value = env.get(key, "")
-    return int(value) if value.isdigit() else None
+    return int(value) if re.fullmatch(r"[0-9]{1,10}", value) else None
 
 
 def _merge(job, info):
@@ -265,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=None, help="seconds to wait for node bundles")
     args = parser.parse_args(argv)
     job_id = args.job_id or os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
-    if not job_id or not job_id.isdigit():
+    if not job_id or not re.fullmatch(r"[0-9]{1,12}", job_id):
         print("sattrib-worker: no job id (argument or SLURM_JOB_ID)", file=sys.stderr)
         return 2
     from slurm_attrib.config import load_config

@@ -26,6 +26,9 @@ FRAGMENTS = [
     "srun: error: gpu04: task 3: Exited with exit code 1",
     "5: ",
     "",
+    "9999-12-31T23:59:59-12:00 ValueError: far future",
+    "0000-01-01T00:00:00 ValueError: year zero",
+    "[99999999999999999999999999999999999999.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
 ]
 
 lines = st.one_of(
@@ -42,9 +45,10 @@ jobs = st.fixed_dictionaries(
     {},
     optional={
         "state": st.sampled_from(["FAILED", "COMPLETED", "TIMEOUT", "NODE_FAIL", "CANCELLED by 0", "weird"]),
-        "start": st.sampled_from(["2026-12-02T13:00:00", "2026-12-02T13:00:00+01:00", None]),
-        "end": st.sampled_from(["2026-12-02T14:00:00Z", None]),
-        "nodes": st.sampled_from([["gpu01", "gpu02", "gpu03", "gpu04"], "gpu[01-04]", []]),
+        "start": st.sampled_from(["2026-12-02T13:00:00", "2026-12-02T13:00:00+01:00", None, 1e20, -1e20,
+                                  float("nan"), 10**30, "9999-12-31T23:59:59-12:00", "0000-01-01T00:00:00"]),
+        "end": st.sampled_from(["2026-12-02T14:00:00Z", None, float("inf"), 1796216646]),
+        "nodes": st.sampled_from([["gpu01", "gpu02", "gpu03", "gpu04"], "gpu[01-04]", [], "a[0-999]b[0-999]c[0-99]"]),
     },
 )
 

@@ -21,8 +21,8 @@ PROLOG_FORMAT = "sattrib-prolog-record"
 PROLOG_VERSION = 1
 
 # Array jobs `123_4`, heterogeneous components `123+1`; Slurm itself gives plain numbers.
-JOB_ID_RE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,10}|\+[0-9]{1,4})?$")
-NODE_RE = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
+JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,10}|\+[0-9]{1,4})?")  # with fullmatch: "1\n" fails
+NODE_RE = re.compile(r"[A-Za-z0-9._-]{1,255}")
 
 IB_COUNTERS = (
     "link_downed",
@@ -44,11 +44,11 @@ class CaptureError(Exception):
 
 
 def valid_job_id(job_id: str | None) -> bool:
-    return bool(job_id) and bool(JOB_ID_RE.match(job_id)) and ".." not in job_id
+    return bool(job_id) and bool(JOB_ID_RE.fullmatch(job_id)) and ".." not in job_id
 
 
 def valid_node(node: str | None) -> bool:
-    return bool(node) and bool(NODE_RE.match(node)) and node not in (".", "..")
+    return bool(node) and bool(NODE_RE.fullmatch(node)) and node not in (".", "..")
 
 
 def sysfs_root() -> str:

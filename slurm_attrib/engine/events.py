@@ -26,6 +26,7 @@ from slurm_attrib.ingest.readers import Window
 from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
 from slurm_attrib.provenance import Provenance, supports_verdict
 from slurm_attrib.ruleset.scanner import Hit, Scanner
+from slurm_attrib.timebounds import sane_time
 
 
 @dataclass(slots=True)
@@ -75,7 +76,7 @@ def _last_seen_from(stamps: list[tuple[str, LineTime]], boot_times: dict[str, fl
     for node, stamp in stamps:
         moment = stamp.wall
         if moment is None and stamp.mono is not None and node in boot_times:
-            moment = boot_times[node] + stamp.mono
+            moment = sane_time(boot_times[node] + stamp.mono)
         if moment is not None:
             seen[node] = max(moment, seen.get(node, moment))
     return seen
@@ -278,7 +279,7 @@ def _place(stamp: LineTime, boot: float | None) -> tuple[float | None, float | N
     if stamp.wall is not None:
         return stamp.wall, None
     if stamp.mono is not None and boot is not None:
-        return boot + stamp.mono, stamp.mono
+        return sane_time(boot + stamp.mono), stamp.mono
     return None, stamp.mono
 
 
@@ -356,7 +357,7 @@ def anchor_boot_clock(events: list[Event]) -> None:
     boots = {node: sorted(values)[len(values) // 2] for node, values in offsets.items()}
     for event in events:
         if event.time is None and event.mono is not None and event.node in boots:
-            event.time = boots[event.node] + event.mono
+            event.time = sane_time(boots[event.node] + event.mono)
             event.notes["time_from"] = "boot time from the same line in another log"
 
 

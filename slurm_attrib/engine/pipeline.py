@@ -22,6 +22,12 @@ def _scanner(rule_dirs: tuple[Path, ...], second_look: bool = False) -> Scanner:
     return Scanner(rules if second_look else [r for r in rules if not r.event.fallback])
 
 
+def warm_scanners(rule_dirs: tuple[Path, ...] = ()) -> None:
+    """Compile both scanners now, so that analyses forked from this process inherit them."""
+    _scanner(rule_dirs)
+    _scanner(rule_dirs, second_look=True)
+
+
 def analyze_evidence(evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> Diagnosis:
     """The rules proper first; when they find a failure but no origin (`no_evidence`), a second
     look with the fallback rules too, whose generic wordings can only give a lead."""

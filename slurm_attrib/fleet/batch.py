@@ -72,7 +72,7 @@ class Summary:
 
 
 def is_job_id(name: str) -> bool:
-    return bool(name) and name[0].isdigit() and all(c.isdigit() or c in "_+" for c in name)
+    return name.isascii() and bool(name) and name[0].isdigit() and all(c.isdigit() or c in "_+" for c in name)
 
 
 def find_jobs(sources: Iterable[Path]) -> tuple[list[BatchJob], list[str]]:
@@ -161,21 +161,39 @@ def in_shard(job_id: str, shard: tuple[int, int] | None) -> bool:
 
 
 def analyse_one(job: BatchJob, config) -> tuple:
-    """In a worker process: (job_id, diagnosis, text, user, state) or (job_id, None, error)."""
-    from slurm_attrib.connectors import gather
-    from slurm_attrib.engine.pipeline import analyze_evidence, load_any
+    """In a worker process: (job_id, diagnosis, text, user, state) or (job_id, None, error).
+    The analysis runs in a child within the analysis budget; one that exceeds it gives an
+    incomplete diagnosis (what was read, why it stopped)."""
+    from slurm_attrib.budget import budget_of, incomplete_diagnosis, run_within
+    from slurm_attrib.engine.pipeline import warm_scanners
     from slurm_attrib.render import render_text
 
-    rule_dirs = tuple(Path(d) for d in config.rule_dirs)
     try:
-        evidence = load_any(job.evidence)
-        gather(evidence, config)
-        diagnosis = analyze_evidence(evidence, rule_dirs)
-        return job.job_id, diagnosis, render_text(diagnosis), evidence.job.user, evidence.job.state
+        warm_scanners(tuple(Path(d) for d in config.rule_dirs))  # once here, inherited by every child
+        run = run_within(budget_of(config), _diagnose, job.evidence, config)
     except SattribError as exc:
         return job.job_id, None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     except Exception as exc:  # noqa: BLE001 - one broken job never stops the batch
         return job.job_id, None, f"internal error: {type(exc).__name__}: {exc}"
+    if run.stopped:
+        context, coverage = run.partial or (None, [])
+        diagnosis = incomplete_diagnosis(context, coverage, run.stopped)
+    else:
+        diagnosis, context = run.result
+    user, state = (context.user, context.state) if context is not None else (None, None)
+    return job.job_id, diagnosis, render_text(diagnosis), user, state
+
+
+def _diagnose(report, folder: Path, config) -> tuple:
+    """In the budgeted child: (diagnosis, job context); reports (job, coverage) once read."""
+    from slurm_attrib.connectors import gather
+    from slurm_attrib.engine.pipeline import analyze_evidence, load_any
+
+    evidence = load_any(folder)
+    report((evidence.job, list(evidence.coverage)))
+    gather(evidence, config)
+    report((evidence.job, list(evidence.coverage)))
+    return analyze_evidence(evidence, tuple(Path(d) for d in config.rule_dirs)), evidence.job
 
 
 def run_batch(

@@ -35,8 +35,8 @@ def parse_days(value: str) -> float:
         days = float(text[:-1] if scale is not None else text) * (scale or 1.0)
     except ValueError:
         raise SattribError(f"--since {value!r}: expected a duration such as 7d, 12h, 2w or a number of days") from None
-    if days <= 0:
-        raise SattribError(f"--since {value!r}: must be positive")
+    if not 0 < days < 1e6:  # NaN, inf and 1e300 are no duration
+        raise SattribError(f"--since {value!r}: must be positive and less than a million days")
     return days
 
 

@@ -20,7 +20,6 @@ Files and coverage are sorted by their path relative to PATH.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import stat
@@ -37,6 +36,7 @@ from slurm_attrib.ingest.ownership import OwnerCheck
 from slurm_attrib.ingest.timestamps import sample_years
 from slurm_attrib.ingest.types import CoverageEntry, Evidence, JobContext, SourceFile
 from slurm_attrib.provenance import Provenance, vouched
+from slurm_attrib.timebounds import describe_range, sane_time, sane_year
 
 JOB_FILE = "job.json"
 # Files whose content is at most this size stay in memory (SourceFile.data); larger ones are read
@@ -76,7 +76,8 @@ def load_evidence(path: Path, vouch: bool = True) -> Evidence:
     for rel, node, entry_kind, size, detail in entries:
         if entry_kind == "file":
             if rel == JOB_FILE:
-                job = _read_job(path, root / JOB_FILE)
+                job, notes = _read_job(path, root / JOB_FILE)
+                coverage.extend(notes)
                 if owner.vouches(Path(JOB_FILE)):
                     job = replace(job, provenance=Provenance.DAEMON)
                 continue
@@ -148,11 +149,14 @@ def _mostly_binary(data: bytes, sample: int = 4096) -> bool:
 
 
 def _walk(root: Path) -> list[tuple[str, str | None, str, int, str]]:
-    """(rel, node, what, size, detail) for every non-hidden entry; what is file|skipped|unreadable."""
+    """(rel, node, what, size, detail) for every non-hidden entry; what is file|skipped|unreadable.
+    Folders are walked with a stack, not recursion: any depth of folders is read."""
     found: list[tuple[str, str | None, str, int, str]] = []
     root_text = str(root)
-
-    def visit(directory: str, prefix: str, node: str | None, top: bool) -> None:
+    pending: list[tuple[str, str, str | None]] = [(root_text, "", None)]  # directory, prefix, node
+    while pending:
+        directory, prefix, node = pending.pop()
+        top = directory == root_text
         try:
             with os.scandir(directory) as iterator:
                 entries = list(iterator)
@@ -160,36 +164,32 @@ def _walk(root: Path) -> list[tuple[str, str | None, str, int, str]]:
             if top:
                 raise
             found.append((prefix.rstrip("/") + "/", node, "unreadable", 0, readers._describe(error)))
-            return
+            continue
         for entry in entries:
             name = entry.name
             if name.startswith("."):
                 continue
             rel = prefix + name
-            owner = node if node is not None else (name if top else None)
             try:
                 if entry.is_symlink():
-                    found.append((rel, node if not top else None, "skipped", 0,
-                                  _symlink_detail(entry.path, root_text)))
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    visit(entry.path, rel + "/", owner, False)
-                    continue
-                if entry.is_file(follow_symlinks=False):
-                    if name.lower().endswith(METADATA_SUFFIXES):
-                        found.append((rel, node, "skipped", 0, "metadata (YAML), not a log"))
-                        continue
-                    size = entry.stat(follow_symlinks=False).st_size
-                    found.append((rel, node, "file", size, ""))
-                    continue
-                mode = entry.stat(follow_symlinks=False).st_mode
-                found.append((rel, node, "skipped", 0, f"not a regular file ({readers._file_type(mode)})"))
+                    found.append((rel, node, "skipped", 0, _symlink_detail(entry.path, root_text)))
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, rel + "/", node if not top else name))
+                else:
+                    found.append(_walked_entry(entry, rel, node))
             except OSError as error:
                 found.append((rel, node, "unreadable", 0, readers._describe(error)))
-
-    visit(root_text, "", None, True)
     found.sort(key=lambda item: item[0])
     return found
+
+
+def _walked_entry(entry: os.DirEntry, rel: str, node: str | None) -> tuple[str, str | None, str, int, str]:
+    if entry.is_file(follow_symlinks=False):
+        if entry.name.lower().endswith(METADATA_SUFFIXES):
+            return rel, node, "skipped", 0, "metadata (YAML), not a log"
+        return rel, node, "file", entry.stat(follow_symlinks=False).st_size, ""
+    mode = entry.stat(follow_symlinks=False).st_mode
+    return rel, node, "skipped", 0, f"not a regular file ({readers._file_type(mode)})"
 
 
 def _symlink_detail(link: str, root: str) -> str:
@@ -211,7 +211,8 @@ def _symlink_detail(link: str, root: str) -> str:
 _STATE = re.compile(r"[A-Z_]+")
 
 
-def _read_job(shown: Path, actual: Path) -> JobContext:
+def _read_job(shown: Path, actual: Path) -> tuple[JobContext, list[CoverageEntry]]:
+    """The job context and coverage notes for what was ignored in it (a time out of range)."""
     name = shown / JOB_FILE
     result = readers.read_file(actual, MAX_JOB_FILE)
     if result.status in ("unreadable", "skipped"):
@@ -220,20 +221,22 @@ def _read_job(shown: Path, actual: Path) -> JobContext:
         raise InputError(f"{name}: larger than {MAX_JOB_FILE} bytes")
     try:
         raw = json.loads(result.data)
-    except (ValueError, UnicodeDecodeError) as error:
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
         raise InputError(f"{name}: not valid JSON ({_one_line(error)})") from None
     if not isinstance(raw, dict):
         raise InputError(f"{name}: not a JSON object")
-    return JobContext(
+    ignored: list[str] = []
+    job = JobContext(
         job_id=_text(name, raw, "job_id"),
         user=_text(name, raw, "user"),
         state=_state(name, raw),
         exit_code=_text(name, raw, "exit_code"),
-        start=_time(name, raw, "start"),
-        end=_time(name, raw, "end"),
-        nodes=_nodes(name, raw),
+        start=_time(name, raw, "start", ignored),
+        end=_time(name, raw, "end", ignored),
+        nodes=_nodes(name, raw, ignored),
         source=JOB_FILE,
     )
+    return job, [CoverageEntry(None, JOB_FILE, "job", "ok", detail) for detail in ignored]
 
 
 def _text(name: Path, raw: dict[str, Any], key: str) -> str | None:
@@ -255,60 +258,95 @@ def _state(name: Path, raw: dict[str, Any]) -> str | None:
 
 
 _NO_TIME = {"", "unknown", "none", "n/a", "null"}
+_YEAR_FIRST = re.compile(r"([+-]?\d{4,})-")
+
+
+class TimeOutOfRange(ValueError):
+    """A well-formed time that is no sane instant (NaN, 1e20, year 0 or 9999): ignored."""
 
 
 def parse_job_time(value: Any) -> float | None:
-    """ISO 8601 (no zone = UTC) or UNIX seconds; raises ValueError when unparsable."""
+    """ISO 8601 (no zone = UTC) or UNIX seconds; raises TimeOutOfRange for a time outside
+    timebounds' range and ValueError when unparsable."""
     if value is None:
         return None
     if isinstance(value, bool):
         raise ValueError(value)
     if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise ValueError(value)
-        return float(value)
+        return _in_range(value)
     if not isinstance(value, str):
         raise ValueError(value)
     text = value.strip()
     if text.lower() in _NO_TIME:
         return None
-    if re.fullmatch(r"\d{9,11}(?:\.\d+)?", text):
-        return float(text)
+    if re.fullmatch(r"\d{9,30}(?:\.\d{1,30})?", text):
+        return _in_range(float(text))
     if text.endswith(("z", "Z")):
         text = text[:-1] + "+00:00"
-    stamp = datetime.fromisoformat(text)
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=timezone.utc)
-    return stamp.timestamp()
+    try:
+        stamp = datetime.fromisoformat(text)
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=timezone.utc)
+        return _in_range(stamp.timestamp())
+    except OverflowError:
+        raise TimeOutOfRange(value) from None
+    except ValueError:
+        year = _YEAR_FIRST.match(text)
+        if year is not None and not sane_year(int(year.group(1))):  # year 0, year 10000
+            raise TimeOutOfRange(value) from None
+        raise
 
 
-def _time(name: Path, raw: dict[str, Any], key: str) -> float | None:
+def _in_range(value: float) -> float:
+    seconds = sane_time(value)
+    if seconds is None:
+        raise TimeOutOfRange(value)
+    return seconds
+
+
+def _time(name: Path, raw: dict[str, Any], key: str, ignored: list[str]) -> float | None:
+    shown = _one_line(repr(raw.get(key)))[:80]
     try:
         return parse_job_time(raw.get(key))
+    except TimeOutOfRange:
+        ignored.append(f"key '{key}' ignored: {shown} is not {describe_range()}")
+        return None
     except (ValueError, TypeError, OverflowError):
-        raise InputError(f"{name}: key '{key}' is not an ISO 8601 time: {_one_line(repr(raw.get(key)))[:80]}") from None
+        raise InputError(f"{name}: key '{key}' is not an ISO 8601 time: {shown}") from None
 
 
-def _nodes(name: Path, raw: dict[str, Any]) -> tuple[str, ...]:
+def _nodes(name: Path, raw: dict[str, Any], ignored: list[str]) -> tuple[str, ...]:
     value = raw.get("nodes")
     if value is None:
         return ()
     if isinstance(value, str):
-        return tuple(expand_hostlist(value))
+        value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise InputError(f"{name}: key 'nodes' must be a list of hostnames")
-    out: list[str] = []
+    out: dict[str, None] = {}
+    named = 0  # hosts named so far, duplicates included: bounds the work on a hostile list
+    too_many = f"key 'nodes' ignored: it names more than {hostlist.MAX_HOSTS} hosts"
     for item in value:
-        for host in expand_hostlist(item):
-            if host not in out:
-                out.append(host)
+        try:
+            hosts = expand_hostlist(item)
+        except hostlist.HostlistTooLarge:
+            ignored.append(too_many)
+            return ()
+        named += len(hosts)
+        if named > hostlist.MAX_HOSTS:
+            ignored.append(too_many)
+            return ()
+        out.update(dict.fromkeys(hosts))
     return tuple(out)
 
 
 def expand_hostlist(text: str) -> list[str]:
     """A Slurm hostlist expression ("gpu[01-03,7],login1") as host names; a malformed one is kept
-    as written (job.json is input to read, not to reject for a typo)."""
+    as written (job.json is input to read, not to reject for a typo).  Raises HostlistTooLarge
+    for one naming more than hostlist.MAX_HOSTS hosts."""
     try:
         return hostlist.expand(text)
+    except hostlist.HostlistTooLarge:
+        raise
     except ValueError:
         return [text.strip()] if text.strip() else []

@@ -57,13 +57,13 @@ _TALOS = re.compile(
     _HOST + r": (?:kern|user|daemon|syslog|auth|local\d): +(?:emerg|alert|crit|err|warning|notice|info|debug): +\["
 )
 _WORK_RANK = re.compile(r"\[(?:PG (?:ID )?0 [^\]]*?)?Rank (\d{1,7})\]")
-_IP = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}$")
+_IP = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
 
 
 def _short(host: str) -> str | None:
     if host in ("-", "localhost"):
         return None
-    if _IP.match(host):
+    if _IP.fullmatch(host):
         return host
     return host.split(".", 1)[0] or None
 

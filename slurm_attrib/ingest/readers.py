@@ -4,6 +4,10 @@
   devices would block or never end).
 - gzip is recognised by its magic bytes (`1f 8b`), whatever the name; concatenated members are
   read; a truncated or corrupt stream yields what could be decompressed, status `truncated`.
+  It is decompressed as a stream, holding at most MAX_GZIP_KEPT bytes (its newest), and stopped
+  (status `truncated`, the tail of what was decompressed kept) past MAX_DECOMPRESSED bytes or,
+  beyond the first MAX_GZIP_KEPT bytes, past MAX_GZIP_RATIO times the compressed bytes read: a
+  2 MB gzip bomb costs a fraction of a second and tens of MB, not minutes and gigabytes.
 - A file larger than the cap keeps its newest bytes (the tail), cut at a line start, status
   `truncated`; the number of lines dropped before the kept part is counted so that line numbers
   can be reported against the original file.
@@ -30,7 +34,11 @@ CHUNK = 4 * MiB
 MAX_COUNTED_SKIP = 8 * GiB
 # Decompression is stopped after this much output (gzip bombs); the tail kept is then that of
 # the decompressed prefix, status `truncated`.
-MAX_DECOMPRESSED = 16 * GiB
+MAX_DECOMPRESSED = 2 * GiB
+# gzip content is held in memory (plain files are streamed from disk): at most this much of it.
+MAX_GZIP_KEPT = 64 * MiB
+# Text logs compress 5-20:1, very repetitive ones a few hundred; deflate's limit is ~1030:1.
+MAX_GZIP_RATIO = 200
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -147,12 +155,18 @@ def _read_plain(stream, size: int, cap: int) -> ReadResult:
     return ReadResult(data, "truncated", f"{size} bytes; only the last {len(data)} bytes kept", False, offset)
 
 
+def _over_ratio(produced: int, consumed: int) -> bool:
+    return produced > MAX_GZIP_KEPT and produced > MAX_GZIP_RATIO * max(consumed, 1)
+
+
 def _read_gzip(stream, cap: int) -> ReadResult:
+    cap = min(cap, MAX_GZIP_KEPT)
     kept: deque[bytes] = deque()
     kept_size = 0
     dropped_lines = 0
     last_dropped = b"\n"
     produced = 0
+    consumed = 0  # compressed bytes read (those still in `pending` are not decompressed yet)
     problem = ""
 
     def keep(chunk: bytes) -> None:
@@ -174,6 +188,7 @@ def _read_gzip(stream, cap: int) -> ReadResult:
         while True:
             if not pending and not stream_done:
                 pending = stream.read(CHUNK)
+                consumed += len(pending)
                 stream_done = not pending
             flushed = False
             if pending:
@@ -189,6 +204,7 @@ def _read_gzip(stream, cap: int) -> ReadResult:
                 pending = b""
                 if not rest and not stream_done:
                     rest = stream.read(CHUNK)
+                    consumed += len(rest)
                     stream_done = not rest
                 if rest and rest.startswith(GZIP_MAGIC[: len(rest)]):
                     decomp = zlib.decompressobj(wbits=31)  # next member
@@ -200,6 +216,10 @@ def _read_gzip(stream, cap: int) -> ReadResult:
                 break
             if produced > MAX_DECOMPRESSED:
                 problem = f"decompression stopped after {produced} bytes"
+                break
+            if _over_ratio(produced, consumed - len(pending)):
+                problem = (f"decompression stopped after {produced} bytes: over {MAX_GZIP_RATIO} times"
+                           f" the {consumed - len(pending)} compressed bytes read (a gzip bomb?)")
                 break
     except zlib.error as error:
         problem = f"corrupt gzip data ({error})"

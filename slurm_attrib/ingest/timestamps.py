@@ -16,7 +16,9 @@ Conventions:
   (guessing a year would make the output depend on when it runs).  A kernel mono stamp on the
   same line is still returned.
 - The `dmesg` delta format `[  +0.000316]` carries no absolute time: LineTime(None, None).
-- Impossible dates (month 13, Feb 30, hour 25) give no wall time.
+- Impossible dates (month 13, Feb 30, hour 25) give no wall time, and so do times outside
+  timebounds' sane range (years 1970..2199; a mono stamp over a century): a hostile stamp such
+  as `9999-12-31T23:59:59-12:00` is ignored, never passed on to date arithmetic.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import time
 from dataclasses import dataclass
 
 from slurm_attrib.ingest.types import Evidence, JobContext
+from slurm_attrib.timebounds import sane_time, sane_uptime, sane_year
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +102,13 @@ def _wall(year: int, month: int, day: int, hour: int, minute: int, second: int, 
           offset: int = 0) -> float | None:
     if not (1 <= month <= 12 and 1 <= day <= 31 and hour <= 23 and minute <= 59 and second <= 60):
         return None
-    if not 1 <= year <= 9999 or day > calendar.monthrange(year, month)[1]:
+    if not sane_year(year) or day > calendar.monthrange(year, month)[1]:
         return None
-    return calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + frac - offset
+    return sane_time(calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + frac - offset)
+
+
+def _mono(text: str) -> float | None:
+    return sane_uptime(float(text))
 
 
 def _from_iso(m: re.Match) -> float | None:
@@ -120,7 +127,7 @@ def _from_month_name(m: re.Match, year_hint: int | None) -> float | None:
 def _syslog_mono(text: str, pos: int) -> float | None:
     """The kernel mono stamp after a syslog header ending at pos, if any."""
     found = _AFTER_HEADER_MONO.match(text, pos)
-    return float(found["mono"]) if found else None
+    return _mono(found["mono"]) if found else None
 
 
 def parse_line_time(text: str, year_hint: int | None) -> LineTime:
@@ -177,7 +184,7 @@ def parse_line_time(text: str, year_hint: int | None) -> LineTime:
 def _bracketed(text: str, pos: int, year_hint: int | None) -> LineTime:
     m = _MONO.match(text, pos)
     if m is not None:
-        return LineTime(None, float(m["mono"]))
+        return LineTime(None, _mono(m["mono"]))
     if _DELTA.match(text, pos):
         return NO_TIME
     inner = pos + 1
@@ -278,7 +285,7 @@ def last_time(data: bytes, year_hint: int | None, max_lines: int = 50) -> LineTi
 def year_hint(job: JobContext) -> int | None:
     """The year of the job (from its start, else its end), for year-less timestamps."""
     for value in (job.start, job.end):
-        if value is not None:
+        if sane_time(value) is not None:
             return time.gmtime(value).tm_year
     return None
 

@@ -101,7 +101,7 @@ def _xid_details(hit: "Hit", xid: int | None) -> None:
 _NAME_IN_TEXT = compiled(
     r"\b(?:cudaError\w+|CUDA_ERROR_\w+|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|IBV_WC_\w+|nccl[A-Z]\w+|SIG[A-Z0-9]+)\b"
 )
-_NUMBER = compiled(r"^[-+]?\d+$")
+_NUMBER = compiled(r"[-+]?[0-9]+")
 
 
 def _norm(text: str) -> str:
@@ -147,7 +147,7 @@ def decode_code(families: tuple[str, ...] | str, value: Any) -> dict[str, Any] |
     tables = code_tables()
     if value is None or isinstance(value, bool):
         return None
-    if isinstance(value, int) or (isinstance(value, str) and _NUMBER.match(value.strip())):
+    if isinstance(value, int) or (isinstance(value, str) and _NUMBER.fullmatch(value.strip())):
         number = int(value)
         for family in families:
             entry = tables[family]["by_number"].get(number)

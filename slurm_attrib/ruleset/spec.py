@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, DOMAIN_OF_CATEGORY, SOURCE_KINDS
 
 FieldCast = Literal["int", "float", "str", "lower", "pci"]
-RULE_ID = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
+RULE_ID = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")  # used with fullmatch
 
 
 @cache
@@ -163,7 +163,7 @@ class Rule(StrictModel):
     @field_validator("id")
     @classmethod
     def _id_shape(cls, value: str) -> str:
-        if not RULE_ID.match(value):
+        if not RULE_ID.fullmatch(value):
             raise ValueError("id must be dotted lowercase words, e.g. 'gpu.xid'")
         return value
 

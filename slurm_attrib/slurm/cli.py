@@ -17,8 +17,8 @@ from slurm_attrib.slurm import ACTIVE_STATES, Backend, JobInfo, NodeState, Slurm
 from slurm_attrib.hostlist import expand
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
-_VALID_JOB = re.compile(r"^\d+(?:_\d+|\+\d+)?$")
-_VALID_NODE = re.compile(r"^[A-Za-z0-9._-]+$")
+_VALID_JOB = re.compile(r"[0-9]+(?:_[0-9]+|\+[0-9]+)?")  # used with fullmatch: "1\n" is no job id
+_VALID_NODE = re.compile(r"[A-Za-z0-9._-]+")  # used with fullmatch
 ENDED_STATES = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT")
 SACCT_FIELDS = ("JobID", "State", "ExitCode", "User", "UID", "GID", "NodeList", "Start", "End", "Reason")
 
@@ -34,7 +34,7 @@ def parse_kv(line: str) -> dict[str, str]:
 
 
 def _time(value: str | None) -> float | None:
-    if not value or not value.strip().isdigit():
+    if not value or not re.fullmatch(r"[0-9]+", value.strip()):
         return None  # Unknown, None, N/A
     number = float(value)
     return number if number > 0 else None
@@ -44,7 +44,7 @@ def _owner(value: str | None) -> tuple[str | None, int | None]:
     """`root(0)` -> ('root', 0)."""
     if not value:
         return None, None
-    m = re.match(r"^([^()]*)\((\d+)\)$", value)
+    m = re.fullmatch(r"([^()]*)\(([0-9]+)\)", value)
     if m:
         return (m.group(1) or None), int(m.group(2))
     return value, None
@@ -93,7 +93,7 @@ class CliBackend(Backend):
     # -- jobs -------------------------------------------------------------------------------
     def job_info(self, job_id: str) -> JobInfo | None:
         job_id = str(job_id)
-        if not _VALID_JOB.match(job_id):
+        if not _VALID_JOB.fullmatch(job_id):
             raise SlurmError(f"not a job id: {job_id!r}")
         info = self._job_from_scontrol(job_id)
         if info is not None and not info.active:
@@ -170,7 +170,7 @@ class CliBackend(Backend):
         for line in self._run(argv).stdout.splitlines():
             job_id, _, state = line.partition("|")
             state = state.split()[0].rstrip("+").upper() if state.strip() else ""
-            if _VALID_JOB.match(job_id) and state and state not in ACTIVE_STATES:
+            if _VALID_JOB.fullmatch(job_id) and state and state not in ACTIVE_STATES:
                 ids.append(job_id)
         return list(dict.fromkeys(ids))
 
@@ -207,7 +207,7 @@ class CliBackend(Backend):
 
 
 def _check_node(node: str) -> None:
-    if not _VALID_NODE.match(node or ""):
+    if not _VALID_NODE.fullmatch(node or ""):
         raise SlurmError(f"not a node name: {node!r}")
 
 

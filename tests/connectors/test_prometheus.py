@@ -203,7 +203,8 @@ def test_sattrib_batch_reads_the_connectors_in_its_workers(tmp_path):
     from slurm_attrib.store import Store
 
     job = simulated("gpu_nvlink", tmp_path / "local")
-    metrics_only_copy(tmp_path / "local", tmp_path / "spool" / "77", "NVRM: Xid")
+    # a spool folder is named by its job's id (batch never lets a folder name another job)
+    metrics_only_copy(tmp_path / "local", tmp_path / "spool" / str(job.job_id), "NVRM: Xid")
     metrics = OpenMetrics()
     dcgm_series(job, metrics, with_totals=True)
     server = PrometheusServer(metrics.text())
