@@ -148,32 +148,67 @@ def effective_sources(configured: tuple[SourceConfig, ...]) -> list[list[SourceC
 
 
 class KeepBuffer:
-    """Kept (lineno, bytes) pairs, bounded in bytes; drops the oldest when full.  The lines that
-    map ranks and addresses to hosts (MapLines) are held apart, inside the same budget: NCCL
-    prints them at start-up, so they are the oldest lines of a job's output, the first dropped."""
+    """Kept lines, bounded in bytes; drops the oldest when full.  Held as blocks of `N:text`
+    lines (grep -n's output as it comes), split only at the end: the many lines that a full
+    share drops again are never split and parsed one by one.  The lines that map ranks and
+    addresses to hosts (MapLines) are held apart, inside the same budget: NCCL prints them at
+    start-up, so they are the oldest lines of a job's output, the first dropped."""
 
     def __init__(self, budget: int, maps=()):
         self.budget = max(budget, 4096)
-        self.items: deque[tuple[int, bytes]] = deque()
+        self.blocks: deque[bytes] = deque()
         self.size = 0
         self.dropped = 0
         self.maps = MapLines(maps, self.budget // MAP_SHARE) if maps else None
 
     def add(self, lineno: int, text: bytes) -> None:
-        if len(text) > MAX_LINE_KEEP:
-            text = text[:MAX_LINE_KEEP] + b" [...line cut by sattrib]"
-        if self.maps is not None and self.maps.add(lineno, text):
-            return
-        self.items.append((lineno, text))
-        self.size += len(text) + 16
-        limit = self.budget - (self.maps.size if self.maps is not None else 0)
-        while self.size > limit and len(self.items) > 1:
-            _, old = self.items.popleft()
-            self.size -= len(old) + 16
-            self.dropped += 1
+        self.add_block(b"%d:%s\n" % (lineno, text))
 
-    def kept(self) -> list[tuple[int, bytes]]:
-        return [*self.items, *(self.maps.items if self.maps is not None else ())]
+    def add_block(self, block: bytes) -> None:
+        """Complete `N:text` (or grep's context `N-text`) lines, numbers increasing."""
+        if self.maps is not None:
+            self.maps.add_block(block)
+        self.blocks.append(block)
+        self.size += _cost(block)
+        limit = self.budget - (self.maps.size if self.maps is not None else 0)
+        while len(self.blocks) > 1 and self.size - _cost(self.blocks[0]) >= limit:
+            old = self.blocks.popleft()
+            self.size -= _cost(old)
+            self.dropped += old.count(b"\n")
+
+    def take(self) -> list[tuple[int, bytes]]:
+        """The kept lines, oldest first, long ones cut, within the budget; empties the buffer."""
+        items: list[tuple[int, bytes]] = []
+        while self.blocks:
+            items.extend(_numbered(self.blocks.popleft()))
+        limit = self.budget - (self.maps.size if self.maps is not None else 0)
+        size = sum(len(text) + 16 for _, text in items)
+        first = 0
+        while size > limit and first < len(items) - 1:
+            size -= len(items[first][1]) + 16
+            first += 1
+        self.dropped += first
+        return [*items[first:], *(self.maps.items if self.maps is not None else ())]
+
+
+def _cost(block: bytes) -> int:
+    """Bytes a block of kept lines counts for (its text and a few bytes per line in the bundle)."""
+    return len(block) + 8 * block.count(b"\n")
+
+
+_NUMBERED = re.compile(rb"(\d+)[:-]")
+
+
+def _numbered(block: bytes):
+    """(line number, text) of each `N:text` line of a block, a long text cut."""
+    for line in block.split(b"\n"):
+        m = _NUMBERED.match(line)
+        if m:
+            yield int(m[1]), _cut(line[m.end() :])
+
+
+def _cut(text: bytes) -> bytes:
+    return text[:MAX_LINE_KEEP] + b" [...line cut by sattrib]" if len(text) > MAX_LINE_KEEP else text
 
 
 class MapLines:
@@ -189,6 +224,21 @@ class MapLines:
         self.size = 0
         self.seen: set[tuple] = set()
         self.full = False
+
+    def add_block(self, block: bytes) -> None:
+        """Offer the map lines of a block of `N:text` lines, in order."""
+        if self.full or not any(lit in block for lit in self.literals):
+            return
+        starts = set()
+        for lit in self.literals:
+            at = block.find(lit)
+            while at >= 0:
+                starts.add(block.rfind(b"\n", 0, at) + 1)
+                at = block.find(lit, at + len(lit))
+        for start in sorted(starts):
+            end = block.find(b"\n", start)
+            for lineno, text in _numbered(block[start : end if end >= 0 else len(block)]):
+                self.add(lineno, text)
 
     def add(self, lineno: int, text: bytes) -> bool:
         """Whether the line was taken (the first of its rank or address, and room left)."""
@@ -235,8 +285,10 @@ class _MapsOnly:
         self.dropped = 0
 
     def add(self, lineno: int, text: bytes) -> None:
-        if len(text) <= MAX_LINE_KEEP:
-            self.maps.add(lineno, text)
+        self.maps.add(lineno, _cut(text))
+
+    def add_block(self, block: bytes) -> None:
+        self.maps.add_block(block)
 
 
 def _prefix_engine(maps: MapLines):
@@ -387,14 +439,21 @@ class GrepEngine:
         self.reader.start()
 
     def _read(self) -> None:
+        carry = b""
         try:
-            for line in self.proc.stdout:
-                i = 0
-                while i < len(line) and 48 <= line[i] <= 57:
-                    i += 1
-                if i == 0 or i >= len(line):
+            fd = self.proc.stdout.fileno()
+            while True:
+                data = os.read(fd, CHUNK)
+                if not data:
+                    break
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    carry += data
                     continue
-                self.keep.add(int(line[:i]), line[i + 1 :].rstrip(b"\n"))
+                self.keep.add_block(carry + data[:cut] if carry else data[:cut])
+                carry = data[cut:]
+            if carry:
+                self.keep.add_block(carry + b"\n")
         except (OSError, ValueError) as exc:
             self.error = f"pre-filter read failed: {exc}"
 
@@ -502,13 +561,13 @@ class Sink:
         """Close the engine; (kept [[lineno, text]], total lines).  base = lines before the window."""
         self.engine.close(deadline)
         total = self.newlines + (1 if self.tail and not self.tail.endswith(b"\n") else 0)
-        kept: dict[int, bytes] = {base + ln: text for ln, text in self.engine.keep.kept()}
+        kept: dict[int, bytes] = {base + ln: text for ln, text in self.engine.keep.take()}
         if total:
             kept.setdefault(base + 1, self.head.split(b"\n", 1)[0])
             body = self.tail[:-1] if self.tail.endswith(b"\n") else self.tail
             last = body.rsplit(b"\n", 1)[-1]
             kept.setdefault(base + total, last)
-        lines = [[ln, kept[ln][:MAX_LINE_KEEP].decode("utf-8", "replace")] for ln in sorted(kept)]
+        lines = [(ln, kept.pop(ln)[:MAX_LINE_KEEP].decode("utf-8", "replace")) for ln in sorted(kept)]
         return lines, total
 
 
