@@ -17,7 +17,6 @@ under `local_spool` when the shared spool is unwritable or hangs; mode 0640 with
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import select
@@ -26,6 +25,7 @@ import sys
 import threading
 import time
 import warnings
+import zlib
 
 from slurm_attrib.capture import common
 from slurm_attrib.capture.common import (
@@ -285,10 +285,10 @@ class Epilog:
 
     def encode(self, bundle: dict) -> bytes:
         limit = int(getattr(self.config, "bundle_max_bytes", 16 * 1024 * 1024))
-        raw = json.dumps(bundle, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
         for _ in range(12):
-            if len(raw) <= limit:
-                break
+            raw_size, data = gzip_json(bundle)
+            if raw_size <= limit:
+                return data
             biggest = max(bundle["sources"], key=lambda r: len(r.get("lines") or []), default=None)
             if not biggest or len(biggest.get("lines") or []) <= 2:
                 break
@@ -298,8 +298,7 @@ class Epilog:
             biggest["detail"] = (biggest.get("detail", "") + "; older kept lines dropped (bundle_max_bytes)").lstrip("; ")
             if biggest["status"] == "ok":
                 biggest["status"] = "truncated"
-            raw = json.dumps(bundle, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
-        return gzip.compress(raw, compresslevel=5, mtime=0)
+        return gzip_json(bundle)[1]
 
     def write(self, bundle: dict, shared: bool = True) -> None:
         cfg = self.config
@@ -348,6 +347,27 @@ class Epilog:
                 time.sleep(0.5)
         finally:
             os._exit(0)
+
+
+def gzip_json(value) -> tuple[int, bytes]:
+    """(size of the JSON text, its gzip): encoded and compressed piece by piece, so the bundle's
+    text (up to bundle_max_bytes) is never held whole, nor its UTF-8 copy."""
+    encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+    gz = zlib.compressobj(5, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip framing, mtime 0
+    out, pending, size, raw = [], [], 0, 0
+    for piece in encoder.iterencode(value):
+        pending.append(piece)
+        size += len(piece)
+        if size >= 1 << 16:
+            data = "".join(pending).encode("utf-8", "replace")
+            raw += len(data)
+            out.append(gz.compress(data))
+            pending, size = [], 0
+    data = "".join(pending).encode("utf-8", "replace")
+    raw += len(data)
+    out.append(gz.compress(data))
+    out.append(gz.flush())
+    return raw, b"".join(out)
 
 
 def write_from_child(root: str, subdirs: list[str], name: str, data: bytes, access: SpoolAccess,

@@ -9,16 +9,21 @@ and the kept lines with their ORIGINAL line numbers.
 
 Reading rules:
   * commands run from an argv list (no shell), in their own session (process group), with a
-    minimal environment; on timeout or when the output exceeds max_bytes the whole process group
-    gets SIGKILL (a command that ignores SIGTERM cannot stretch the bound);
+    minimal environment, and are read to their end: a command cannot skip its oldest output the
+    way a file read can, and the end of a job (where failures are) is the end of its journal.
+    On timeout the whole process group gets SIGKILL (a command that ignores SIGTERM cannot
+    stretch the bound) and what came until then is kept;
   * files: only the newest max_bytes are scanned (the newlines of the skipped prefix are counted
     so line numbers stay those of the real file);
   * kept lines are held in a bounded deque that drops the OLDEST kept lines when the source's
-    share of the bundle is used up: the newest lines survive;
+    share of the bundle (or its max_bytes) is used up: the newest lines survive; the lines that
+    map ranks and addresses to hosts (the first of each, NCCL `Init COMPLETE` ...) are kept
+    apart in up to a quarter of that share;
   * a line longer than MAX_LINE_SCAN is cut for matching; a kept line is cut at MAX_LINE_KEEP.
 
-Pre-filter: a line is kept when it holds a rule literal (`match.contains`; `ignore_case` rules
-make the grep pass case-insensitive, a superset), plus `context_lines` before and
+Pre-filter: a line is kept when it holds a literal (`match.contains`) of a rule the analyzer
+tries on this kind of source (`sources`; `ignore_case` rules make the grep pass
+case-insensitive, a superset), plus `context_lines` before and
 max(context_lines, largest match.following) after, plus the first and the last line of the
 scanned window (time anchoring).  The matching runs in GNU grep (`grep -a -n -F`, LC_ALL=C)
 fed through a pipe: the same speed as a shell `... | grep` capture; without grep, or with
@@ -52,6 +57,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import selectors
 import signal
 import stat
@@ -68,6 +74,7 @@ CHUNK = 1 << 20
 MAX_LINE_SCAN = 64 * 1024
 MAX_LINE_KEEP = 4096
 MAX_GLOB_FILES = 32
+MAP_SHARE = 4  # at most a 1/MAP_SHARE of a source's kept bytes hold its rank and address map lines
 CMD_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C", "SYSTEMD_PAGER": "", "PAGER": "cat"}
 
 _J = "journalctl"
@@ -141,23 +148,161 @@ def effective_sources(configured: tuple[SourceConfig, ...]) -> list[list[SourceC
 
 
 class KeepBuffer:
-    """Kept (lineno, bytes) pairs, bounded in bytes; drops the oldest when full."""
+    """Kept lines, bounded in bytes; drops the oldest when full.  Held as blocks of `N:text`
+    lines (grep -n's output as it comes), split only at the end: the many lines that a full
+    share drops again are never split and parsed one by one.  The lines that map ranks and
+    addresses to hosts (MapLines) are held apart, inside the same budget: NCCL prints them at
+    start-up, so they are the oldest lines of a job's output, the first dropped."""
 
-    def __init__(self, budget: int):
+    def __init__(self, budget: int, maps=()):
         self.budget = max(budget, 4096)
-        self.items: deque[tuple[int, bytes]] = deque()
+        self.blocks: deque[bytes] = deque()
         self.size = 0
+        self.dropped = 0
+        self.maps = MapLines(maps, self.budget // MAP_SHARE) if maps else None
+
+    def add(self, lineno: int, text: bytes) -> None:
+        self.add_block(b"%d:%s\n" % (lineno, text))
+
+    def add_block(self, block: bytes) -> None:
+        """Complete `N:text` (or grep's context `N-text`) lines, numbers increasing."""
+        if self.maps is not None:
+            self.maps.add_block(block)
+        self.blocks.append(block)
+        self.size += _cost(block)
+        limit = self.budget - (self.maps.size if self.maps is not None else 0)
+        while len(self.blocks) > 1 and self.size - _cost(self.blocks[0]) >= limit:
+            old = self.blocks.popleft()
+            self.size -= _cost(old)
+            self.dropped += old.count(b"\n")
+
+    def take(self) -> list[tuple[int, bytes]]:
+        """The kept lines, oldest first, long ones cut, within the budget; empties the buffer."""
+        items: list[tuple[int, bytes]] = []
+        while self.blocks:
+            items.extend(_numbered(self.blocks.popleft()))
+        limit = self.budget - (self.maps.size if self.maps is not None else 0)
+        size = sum(len(text) + 16 for _, text in items)
+        first = 0
+        while size > limit and first < len(items) - 1:
+            size -= len(items[first][1]) + 16
+            first += 1
+        self.dropped += first
+        return [*items[first:], *(self.maps.items if self.maps is not None else ())]
+
+
+def _cost(block: bytes) -> int:
+    """Bytes a block of kept lines counts for (its text and a few bytes per line in the bundle)."""
+    return len(block) + 8 * block.count(b"\n")
+
+
+_NUMBERED = re.compile(rb"(\d+)[:-]")
+
+
+def _numbered(block: bytes):
+    """(line number, text) of each `N:text` line of a block, a long text cut."""
+    for line in block.split(b"\n"):
+        m = _NUMBERED.match(line)
+        if m:
+            yield int(m[1]), _cut(line[m.end() :])
+
+
+def _cut(text: bytes) -> bytes:
+    return text[:MAX_LINE_KEEP] + b" [...line cut by sattrib]" if len(text) > MAX_LINE_KEEP else text
+
+
+class MapLines:
+    """The first line of each rank or address of the map rules (literals.MapRule), in at most
+    `budget` bytes: with the first lines of a rank map kept, every later line of the rank names
+    its node."""
+
+    def __init__(self, rules, budget: int):
+        self.rules = [(rule, _bytes_regex(rule.regex)) for rule in rules]
+        self.literals = sorted({lit for rule in rules for lit in rule.literals})
+        self.budget = budget
+        self.items: list[tuple[int, bytes]] = []
+        self.size = 0
+        self.seen: set[tuple] = set()
+        self.full = False
+
+    def add_block(self, block: bytes) -> None:
+        """Offer the map lines of a block of `N:text` lines, in order."""
+        if self.full or not any(lit in block for lit in self.literals):
+            return
+        starts = set()
+        for lit in self.literals:
+            at = block.find(lit)
+            while at >= 0:
+                starts.add(block.rfind(b"\n", 0, at) + 1)
+                at = block.find(lit, at + len(lit))
+        for start in sorted(starts):
+            end = block.find(b"\n", start)
+            for lineno, text in _numbered(block[start : end if end >= 0 else len(block)]):
+                self.add(lineno, text)
+
+    def add(self, lineno: int, text: bytes) -> bool:
+        """Whether the line was taken (the first of its rank or address, and room left)."""
+        if self.full or not any(lit in text for lit in self.literals):
+            return False
+        key = self._key(text)
+        if key is None or key in self.seen:
+            return False
+        cost = len(text) + 16
+        if self.size + cost > self.budget:
+            self.full = True
+            return False
+        self.seen.add(key)
+        self.items.append((lineno, text))
+        self.size += cost
+        return True
+
+    def rebase(self, base: int | None) -> None:
+        """Map lines found in a file's skipped prefix carry their line numbers in the file; the
+        window's are counted from its start (base lines later).  None: the base is not known,
+        so the prefix's lines are left out."""
+        if base is None:
+            self.items, self.size, self.seen, self.full = [], 0, set(), False
+        else:
+            self.items = [(lineno - base, text) for lineno, text in self.items]
+
+    def _key(self, text: bytes) -> tuple | None:
+        for i, (rule, regex) in enumerate(self.rules):
+            if not any(lit in text for lit in rule.literals):
+                continue
+            if regex is None:  # not a Python regex: every such line counts as its own
+                return (i, text)
+            m = regex.search(text)
+            if m:
+                return (i, *(m.group(name) for name in rule.key))
+        return None
+
+
+class _MapsOnly:
+    """The keep side of the pre-filter run over a file's skipped prefix: map lines only."""
+
+    def __init__(self, maps: MapLines):
+        self.maps = maps
         self.dropped = 0
 
     def add(self, lineno: int, text: bytes) -> None:
-        if len(text) > MAX_LINE_KEEP:
-            text = text[:MAX_LINE_KEEP] + b" [...line cut by sattrib]"
-        self.items.append((lineno, text))
-        self.size += len(text) + 16
-        while self.size > self.budget and len(self.items) > 1:
-            _, old = self.items.popleft()
-            self.size -= len(old) + 16
-            self.dropped += 1
+        self.maps.add(lineno, _cut(text))
+
+    def add_block(self, block: bytes) -> None:
+        self.maps.add_block(block)
+
+
+def _prefix_engine(maps: MapLines):
+    """A pre-filter that hands the map rules' lines of a skipped prefix to `maps`."""
+    from slurm_attrib.capture.literals import Literals
+
+    return make_engine(_MapsOnly(maps), True, Literals(exact=list(maps.literals)), 0, 0)
+
+
+def _bytes_regex(regex: str):
+    try:
+        return re.compile(regex.encode("utf-8"))
+    except (re.error, UnicodeEncodeError):
+        return None
 
 
 # --------------------------------------------------------------------------- engines
@@ -294,14 +439,21 @@ class GrepEngine:
         self.reader.start()
 
     def _read(self) -> None:
+        carry = b""
         try:
-            for line in self.proc.stdout:
-                i = 0
-                while i < len(line) and 48 <= line[i] <= 57:
-                    i += 1
-                if i == 0 or i >= len(line):
+            fd = self.proc.stdout.fileno()
+            while True:
+                data = os.read(fd, CHUNK)
+                if not data:
+                    break
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    carry += data
                     continue
-                self.keep.add(int(line[:i]), line[i + 1 :].rstrip(b"\n"))
+                self.keep.add_block(carry + data[:cut] if carry else data[:cut])
+                carry = data[cut:]
+            if carry:
+                self.keep.add_block(carry + b"\n")
         except (OSError, ValueError) as exc:
             self.error = f"pre-filter read failed: {exc}"
 
@@ -409,13 +561,13 @@ class Sink:
         """Close the engine; (kept [[lineno, text]], total lines).  base = lines before the window."""
         self.engine.close(deadline)
         total = self.newlines + (1 if self.tail and not self.tail.endswith(b"\n") else 0)
-        kept: dict[int, bytes] = {base + ln: text for ln, text in self.engine.keep.items}
+        kept: dict[int, bytes] = {base + ln: text for ln, text in self.engine.keep.take()}
         if total:
             kept.setdefault(base + 1, self.head.split(b"\n", 1)[0])
             body = self.tail[:-1] if self.tail.endswith(b"\n") else self.tail
             last = body.rsplit(b"\n", 1)[-1]
             kept.setdefault(base + total, last)
-        lines = [[ln, kept[ln][:MAX_LINE_KEEP].decode("utf-8", "replace")] for ln in sorted(kept)]
+        lines = [(ln, kept.pop(ln)[:MAX_LINE_KEEP].decode("utf-8", "replace")) for ln in sorted(kept)]
         return lines, total
 
 
@@ -489,13 +641,13 @@ def run_command(src: SourceConfig, argv: list[str], res: dict, sink: Sink, deadl
     procs.append(proc)
     _grow_pipe(proc.stdout)
     err_tail = b""
-    timed_out = capped = False
+    timed_out = False
     sel = selectors.DefaultSelector()
     try:
         sel.register(proc.stdout, selectors.EVENT_READ)
         sel.register(proc.stderr, selectors.EVENT_READ)
         out_fd = proc.stdout.fileno()
-        while sel.get_map() and not (timed_out or capped):
+        while sel.get_map() and not timed_out:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
@@ -506,17 +658,12 @@ def run_command(src: SourceConfig, argv: list[str], res: dict, sink: Sink, deadl
                     sel.unregister(key.fileobj)
                     continue
                 if key.fd == out_fd:
-                    room = src.max_bytes - sink.bytes
-                    if len(data) > room:
-                        sink.feed(data[: max(room, 0)])
-                        capped = True
-                        break
                     sink.feed(data)
                 else:
                     err_tail = (err_tail + data)[-2048:]
     finally:
         sel.close()
-        if proc.poll() is None and (timed_out or capped):
+        if proc.poll() is None and timed_out:
             kill_group(proc)
         try:
             rc = proc.wait(timeout=max(0.2, min(1.0, deadline - time.monotonic())))
@@ -532,10 +679,7 @@ def run_command(src: SourceConfig, argv: list[str], res: dict, sink: Sink, deadl
     err_msg = err[-1][:300] if err else ""
     if timed_out:
         res["status"] = "timeout"
-        res["detail"] = f"no end of output within {src.timeout:g}s (or the epilog bound); process group killed"
-    elif capped:
-        res["status"] = "truncated"
-        res["detail"] = f"output exceeded {src.max_bytes} bytes; process group killed; later output not read"
+        res["detail"] = f"no end of output within {src.timeout:g}s (or the epilog bound); process group killed; later output not read"
     elif rc not in (0, None):
         res["status"] = "error"
         res["detail"] = f"exit status {rc}" + (f": {err_msg}" if err_msg else "")
@@ -582,13 +726,16 @@ def read_file(src: SourceConfig, path: str, ctx: dict, res: dict, sink_factory, 
         return
     sink = sink_factory()
     base = 0
-    truncated = False
+    truncated = timed_out = read_failed = False
     try:
         size = os.fstat(fd).st_size
         if size > src.max_bytes:
             truncated = True
             start = size - src.max_bytes
-            # count newlines of the skipped prefix, so line numbers stay the real ones
+            maps = sink.engine.keep.maps if isinstance(sink.engine.keep, KeepBuffer) else None
+            prefix_maps = Sink(_prefix_engine(maps)) if maps is not None else None
+            # count newlines of the skipped prefix, so line numbers stay the real ones, and
+            # pick its rank/address map lines (printed at start-up: the oldest lines)
             pos = 0
             while pos < start:
                 if time.monotonic() > deadline:
@@ -599,6 +746,8 @@ def read_file(src: SourceConfig, path: str, ctx: dict, res: dict, sink_factory, 
                     break
                 base += data.count(b"\n")
                 pos += len(data)
+                if prefix_maps is not None:
+                    prefix_maps.feed(data)
             # start at the first full line of the window (head[0] is the byte before it)
             head = os.pread(fd, MAX_LINE_SCAN, start - 1)
             nl = head.find(b"\n")
@@ -607,10 +756,13 @@ def read_file(src: SourceConfig, path: str, ctx: dict, res: dict, sink_factory, 
                 res["line_base_known"] = False
             base += 1 if nl >= 1 else 0
             os.lseek(fd, start + nl, os.SEEK_SET)
+            if prefix_maps is not None:
+                prefix_maps.feed(head[1 : nl + 1])
+                prefix_maps.engine.close(deadline)
+                maps.rebase(base if res["line_base_known"] else None)
             if not res["line_base_known"]:
                 base = 0
         remaining_bytes = src.max_bytes
-        timed_out = False
         while remaining_bytes > 0:
             if time.monotonic() > deadline:
                 timed_out = True
@@ -622,12 +774,13 @@ def read_file(src: SourceConfig, path: str, ctx: dict, res: dict, sink_factory, 
             sink.feed(data)
     except OSError as exc:
         res["status"], res["detail"] = "error", f"{path}: read failed: {exc.strerror or exc}"
-        timed_out = False
+        read_failed = True
     finally:
         os.close(fd)
     _finish(res, sink, base, deadline)
-    if res["status"] == "error" and res["detail"]:
+    if read_failed:
         return
+    notes = res["detail"]
     if timed_out:
         res["status"], res["detail"] = "timeout", f"read not finished within {src.timeout:g}s (or the epilog bound)"
     elif truncated:
@@ -637,6 +790,7 @@ def read_file(src: SourceConfig, path: str, ctx: dict, res: dict, sink_factory, 
         )
     else:
         res["status"] = "ok"
+    res["detail"] = "; ".join(filter(None, [res["detail"], notes]))
 
 
 def _finish(res: dict, sink: Sink, base: int, deadline: float) -> None:
@@ -652,6 +806,8 @@ def _finish(res: dict, sink: Sink, base: int, deadline: float) -> None:
         notes.append(engine.error)
     if engine.keep.dropped:
         notes.append(f"{engine.keep.dropped} older kept lines dropped (bundle share full)")
+        if engine.keep.maps is not None and engine.keep.maps.items:
+            notes.append(f"{len(engine.keep.maps.items)} rank/address map lines kept apart")
     if notes:
         res["detail"] = "; ".join([res["detail"], *notes] if res["detail"] else notes)
         res.setdefault("notes", []).extend(notes)
@@ -694,10 +850,11 @@ def _capture_one(src, ctx, literals, deadline, procs, keep_budget) -> list[dict]
     from slurm_attrib.capture.common import valid_node
 
     before = ctx.get("context_lines", 2)
-    after = max(before, getattr(literals, "following", 0) if literals else 0)
+    literals = literals.for_kind(src.kind) if literals is not None else None
+    after = max(before, literals.following if literals is not None else 0)
 
     def sink_factory():
-        keep = KeepBuffer(min(keep_budget, src.max_bytes))
+        keep = KeepBuffer(min(keep_budget, src.max_bytes), literals.maps if literals is not None else ())
         return Sink(make_engine(keep, src.prefilter, literals, before, after))
 
     res = new_result(src)
