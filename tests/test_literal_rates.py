@@ -42,8 +42,6 @@ KNOWN_FLOODS = {
     # the exception name must start the line (after prefixes) and end it or precede `: `
     "Error": "py.exception: the regex anchors the name, no longer literal is required",
     "Exception": "py.exception: the regex anchors the name, no longer literal is required",
-    # PyTorch's `ProcessGroupNCCL.cpp:1395]`; an NCCL plugin's error frame may be a .cpp file
-    ".cpp:": "nccl.error_propagation: the file name before it is any word",
     ".c:": "nccl.error_propagation: kernel drivers print `file.c:line`; the file name before it is any word",
     # `[rank0]:[E1205 ...] Timeout at NCCL work`; the AER form is `[ 5] Timeout`
     "] Timeout": "host.pcie_aer_detail: the digits before it vary",
