@@ -93,7 +93,7 @@ def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, fl
     """One pass over the evidence, one file at a time, a large file window by window: the events,
     the nodes' boot times (`boot_times` when given, else estimated from the same pass) and when
     each node was last seen.  Only one window of one file is in memory at a time (per process:
-    a large job's files are shared out to worker processes, see _scan_files)."""
+    SATTRIB_SCAN_WORKERS shares the files out to worker processes, see _scan_files)."""
     year = evidence_year(evidence)
     scans = _scan_files(evidence, scanner, year, boot_times is None)
     observations: dict[str, list[float]] = {}
@@ -138,11 +138,13 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
     return scan
 
 
-# A large job's files are scanned by worker processes forked from this one (the compiled rule
-# pack is inherited, not rebuilt); below this many bytes a second process costs more than it saves.
-PARALLEL_MIN_BYTES = 64 << 20
+# Worker processes (forked from this one, inheriting the compiled rule pack) scan a job's files
+# only when SATTRIB_SCAN_WORKERS asks for more than one.  They do not pay by default: every event
+# is pickled back to this process, and on the realistic corpora (benchmarks/realistic.py) two
+# workers cost 1.7x the CPU and 1.6x the peak memory of one process for a slower wall time
+# (4,096 nodes, 32,767 ranks timing out: 68 s CPU and 1.76 GB against 39 s and 1.07 GB).
 MAX_WORKERS = 4
-WORKERS_VARIABLE = "SATTRIB_SCAN_WORKERS"  # a number; 1 scans in this process only
+WORKERS_VARIABLE = "SATTRIB_SCAN_WORKERS"  # a number; unset, empty or 1 scans in this process only
 _FORKED: tuple | None = None  # what forked workers scan: (files, scanner, year, want_boots)
 
 
@@ -158,13 +160,9 @@ def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boo
 
 def _worker_count(evidence: Evidence) -> int:
     wanted = os.environ.get(WORKERS_VARIABLE, "").strip()
-    if wanted.isdigit():
-        return max(1, min(int(wanted), len(evidence.files)))
-    if not hasattr(os, "fork") or threading.active_count() > 1:
+    if not wanted.isdigit() or not hasattr(os, "fork") or threading.active_count() > 1:
         return 1  # forking a threaded process (the service) is unsafe
-    total = sum(source.content_size() for source in evidence.files)
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cpus, MAX_WORKERS, total // PARALLEL_MIN_BYTES, len(evidence.files)))
+    return max(1, min(int(wanted), MAX_WORKERS, len(evidence.files)))
 
 
 def _scan_in_workers(evidence: Evidence, scanner: Scanner, year: int | None, want_boots: bool,
