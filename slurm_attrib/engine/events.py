@@ -50,7 +50,7 @@ class Event:
     time: float | None = None  # UNIX seconds, UTC
     time_inherited: bool = False  # taken from a nearby line of the same file
     mono: float | None = None  # seconds since boot, for kernel lines not yet placed on the wall clock
-    body: str = ""  # the message without its time and host prefix, to find the same line elsewhere
+    literals: list[str] = field(default_factory=list)  # the rule's match.contains: where its message begins
     node: str | None = None
     host: str | None = None  # host named by the line itself (prefix, syslog field, Slurm banner)
     rank: int | None = None
@@ -59,6 +59,11 @@ class Event:
     notes: dict[str, Any] = field(default_factory=dict)
     explained_by: "Event | None" = None
     fallback: bool = False  # from a second-look rule: a lead, not a finding
+
+    @property
+    def body(self) -> str:
+        """The message without its time and host prefix, to find the same line elsewhere."""
+        return _body(self.text.split("\n", 1)[0], self.literals)
 
     @property
     def sort_key(self) -> tuple:
@@ -316,11 +321,11 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
         fields=hit.fields,
         notes=dict(hit.notes),
         fallback=hit.rule.event.fallback,
+        literals=hit.rule.match.contains,
     )
     stamp, event.time_inherited = clock.stamp_of(first_line, hit.offset)
     if place:
         _place_in_time(event, stamp, clock.boot, hit.fields.get("at"))
-    event.body = _body(first_line, hit.rule.match.contains)
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host
     event.rank = hit.fields.get("rank", origin.rank)
     if isinstance(event.rank, str):
@@ -342,16 +347,20 @@ def anchor_boot_clock(events: list[Event]) -> None:
     The same kernel message often sits in dmesg (seconds since boot) and in syslog or the journal
     (wall clock); each such pair on one node gives that node's boot time.
     """
+    unplaced = [e for e in events if e.time is None and e.mono is not None and not e.time_inherited]
+    if not unplaced:
+        return  # most jobs: every node's boot time was known from its own logs
+    wanted = {(e.node, e.rule_id) for e in unplaced}
     walls: dict[tuple, list[float]] = defaultdict(list)
     for event in events:
-        if event.mono is None and event.time is not None and event.node and not event.time_inherited:
+        if (event.mono is None and event.time is not None and event.node and not event.time_inherited
+                and (event.node, event.rule_id) in wanted):
             walls[(event.node, event.rule_id, event.body)].append(event.time)
     offsets: dict[str, list[float]] = defaultdict(list)
-    for event in events:
-        if event.time is None and event.mono is not None and not event.time_inherited:
-            matches = walls.get((event.node, event.rule_id, event.body), [])
-            if len(matches) == 1:
-                offsets[event.node].append(matches[0] - event.mono)
+    for event in unplaced:
+        matches = walls.get((event.node, event.rule_id, event.body), [])
+        if len(matches) == 1:
+            offsets[event.node].append(matches[0] - event.mono)
     boots = {node: sorted(values)[len(values) // 2] for node, values in offsets.items()}
     for event in events:
         if event.time is None and event.mono is not None and event.node in boots:
@@ -373,6 +382,7 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
     # what a line says about its origin wins; the file's node is only the fallback.
     stored_on = {id(e): e.node for e in events if e.kind == "app"}
     _inherit_block_hosts(events)
+    job_nodes = frozenset(job.nodes)
     matched: dict[str, str] = {}
     for event in events:
         if event.kind == "app":
@@ -382,7 +392,7 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
         if event.node is None and event.host:
             if event.host not in matched:
                 matched[event.host] = match_host(event.host, known)
-            event.node = _of_the_job(matched[event.host], job, event)
+            event.node = _of_the_job(matched[event.host], job_nodes, event)
     rank_to_node: dict[int, str] = {}
     task_to_node: dict[int, str] = {}
     for event in sorted(events, key=lambda e: e.order):
@@ -411,10 +421,10 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             event.notes["peer_node"] = peer
 
 
-def _of_the_job(node: str, job: JobContext, event: Event) -> str | None:
+def _of_the_job(node: str, job_nodes: frozenset[str], event: Event) -> str | None:
     """A host a line names is the event's node only when it is a node of the job (when the job's
     nodes are known): a line may name any host, and it never makes another node a culprit."""
-    if job.nodes and node not in job.nodes:
+    if job_nodes and node not in job_nodes:
         event.notes["named_outside_job"] = node
         return None
     return node
