@@ -50,7 +50,7 @@ class Event:
     time: float | None = None  # UNIX seconds, UTC
     time_inherited: bool = False  # taken from a nearby line of the same file
     mono: float | None = None  # seconds since boot, for kernel lines not yet placed on the wall clock
-    body: str = ""  # the message without its time and host prefix, to find the same line elsewhere
+    literals: list[str] = field(default_factory=list)  # the rule's match.contains: where its message begins
     node: str | None = None
     host: str | None = None  # host named by the line itself (prefix, syslog field, Slurm banner)
     rank: int | None = None
@@ -59,6 +59,11 @@ class Event:
     notes: dict[str, Any] = field(default_factory=dict)
     explained_by: "Event | None" = None
     fallback: bool = False  # from a second-look rule: a lead, not a finding
+
+    @property
+    def body(self) -> str:
+        """The message without its time and host prefix, to find the same line elsewhere."""
+        return _body(self.text.split("\n", 1)[0], self.literals)
 
     @property
     def sort_key(self) -> tuple:
@@ -93,7 +98,7 @@ def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, fl
     """One pass over the evidence, one file at a time, a large file window by window: the events,
     the nodes' boot times (`boot_times` when given, else estimated from the same pass) and when
     each node was last seen.  Only one window of one file is in memory at a time (per process:
-    a large job's files are shared out to worker processes, see _scan_files)."""
+    SATTRIB_SCAN_WORKERS shares the files out to worker processes, see _scan_files)."""
     year = evidence_year(evidence)
     scans = _scan_files(evidence, scanner, year, boot_times is None)
     observations: dict[str, list[float]] = {}
@@ -138,11 +143,13 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
     return scan
 
 
-# A large job's files are scanned by worker processes forked from this one (the compiled rule
-# pack is inherited, not rebuilt); below this many bytes a second process costs more than it saves.
-PARALLEL_MIN_BYTES = 64 << 20
+# Worker processes (forked from this one, inheriting the compiled rule pack) scan a job's files
+# only when SATTRIB_SCAN_WORKERS asks for more than one.  They do not pay by default: every event
+# is pickled back to this process, and on the realistic corpora (benchmarks/realistic.py) two
+# workers cost 1.7x the CPU and 1.6x the peak memory of one process for a slower wall time
+# (4,096 nodes, 32,767 ranks timing out: 68 s CPU and 1.76 GB against 39 s and 1.07 GB).
 MAX_WORKERS = 4
-WORKERS_VARIABLE = "SATTRIB_SCAN_WORKERS"  # a number; 1 scans in this process only
+WORKERS_VARIABLE = "SATTRIB_SCAN_WORKERS"  # a number; unset, empty or 1 scans in this process only
 _FORKED: tuple | None = None  # what forked workers scan: (files, scanner, year, want_boots)
 
 
@@ -158,13 +165,9 @@ def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boo
 
 def _worker_count(evidence: Evidence) -> int:
     wanted = os.environ.get(WORKERS_VARIABLE, "").strip()
-    if wanted.isdigit():
-        return max(1, min(int(wanted), len(evidence.files)))
-    if not hasattr(os, "fork") or threading.active_count() > 1:
+    if not wanted.isdigit() or not hasattr(os, "fork") or threading.active_count() > 1:
         return 1  # forking a threaded process (the service) is unsafe
-    total = sum(source.content_size() for source in evidence.files)
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cpus, MAX_WORKERS, total // PARALLEL_MIN_BYTES, len(evidence.files)))
+    return max(1, min(int(wanted), MAX_WORKERS, len(evidence.files)))
 
 
 def _scan_in_workers(evidence: Evidence, scanner: Scanner, year: int | None, want_boots: bool,
@@ -318,11 +321,11 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
         fields=hit.fields,
         notes=dict(hit.notes),
         fallback=hit.rule.event.fallback,
+        literals=hit.rule.match.contains,
     )
     stamp, event.time_inherited = clock.stamp_of(first_line, hit.offset)
     if place:
         _place_in_time(event, stamp, clock.boot, hit.fields.get("at"))
-    event.body = _body(first_line, hit.rule.match.contains)
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host
     event.rank = hit.fields.get("rank", origin.rank)
     if isinstance(event.rank, str):
@@ -344,16 +347,20 @@ def anchor_boot_clock(events: list[Event]) -> None:
     The same kernel message often sits in dmesg (seconds since boot) and in syslog or the journal
     (wall clock); each such pair on one node gives that node's boot time.
     """
+    unplaced = [e for e in events if e.time is None and e.mono is not None and not e.time_inherited]
+    if not unplaced:
+        return  # most jobs: every node's boot time was known from its own logs
+    wanted = {(e.node, e.rule_id) for e in unplaced}
     walls: dict[tuple, list[float]] = defaultdict(list)
     for event in events:
-        if event.mono is None and event.time is not None and event.node and not event.time_inherited:
+        if (event.mono is None and event.time is not None and event.node and not event.time_inherited
+                and (event.node, event.rule_id) in wanted):
             walls[(event.node, event.rule_id, event.body)].append(event.time)
     offsets: dict[str, list[float]] = defaultdict(list)
-    for event in events:
-        if event.time is None and event.mono is not None and not event.time_inherited:
-            matches = walls.get((event.node, event.rule_id, event.body), [])
-            if len(matches) == 1:
-                offsets[event.node].append(matches[0] - event.mono)
+    for event in unplaced:
+        matches = walls.get((event.node, event.rule_id, event.body), [])
+        if len(matches) == 1:
+            offsets[event.node].append(matches[0] - event.mono)
     boots = {node: sorted(values)[len(values) // 2] for node, values in offsets.items()}
     for event in events:
         if event.time is None and event.mono is not None and event.node in boots:
@@ -375,6 +382,7 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
     # what a line says about its origin wins; the file's node is only the fallback.
     stored_on = {id(e): e.node for e in events if e.kind == "app"}
     _inherit_block_hosts(events)
+    job_nodes = frozenset(job.nodes)
     matched: dict[str, str] = {}
     for event in events:
         if event.kind == "app":
@@ -384,7 +392,7 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
         if event.node is None and event.host:
             if event.host not in matched:
                 matched[event.host] = match_host(event.host, known)
-            event.node = _of_the_job(matched[event.host], job, event)
+            event.node = _of_the_job(matched[event.host], job_nodes, event)
     rank_to_node: dict[int, str] = {}
     task_to_node: dict[int, str] = {}
     for event in sorted(events, key=lambda e: e.order):
@@ -413,10 +421,10 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             event.notes["peer_node"] = peer
 
 
-def _of_the_job(node: str, job: JobContext, event: Event) -> str | None:
+def _of_the_job(node: str, job_nodes: frozenset[str], event: Event) -> str | None:
     """A host a line names is the event's node only when it is a node of the job (when the job's
     nodes are known): a line may name any host, and it never makes another node a culprit."""
-    if job.nodes and node not in job.nodes:
+    if job_nodes and node not in job_nodes:
         event.notes["named_outside_job"] = node
         return None
     return node

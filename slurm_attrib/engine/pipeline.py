@@ -61,7 +61,8 @@ def analyze_path(path: Path, rule_dirs: tuple[Path, ...] = (), config=None) -> D
     """Diagnose a logs-layout directory or a capture spool job directory; with a config, also what
     its connectors (Loki, Prometheus) hold for the job's nodes and window."""
     evidence = load_any(Path(path))
-    if config is not None:
+    if config is not None and (config.loki.url or config.prometheus.url):
+        # Imported only then: the connectors' HTTP client (urllib, ssl) costs ~8 ms of a small job's start-up.
         from slurm_attrib.connectors import gather
 
         gather(evidence, config)
