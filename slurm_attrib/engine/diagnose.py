@@ -474,6 +474,10 @@ def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:
             verdict.culprits, verdict.quality = suspects, "likely"
             verdict.notes.append(f"every node but {suspects[0]} reported a collective timeout")
         return verdict
+    if state == "COMPLETED":
+        # Slurm says the job ended well: what its nodes' own logs say meanwhile (a Lustre client's
+        # slow replies, corrected errors) is background, not a failure of this job.
+        failing = [e for e in failing if e.kind == "app"]
     if state in FAILED_STATES or failing:
         return Verdict(domain="unknown", category="no_evidence", quality="insufficient")
     if state == "COMPLETED":
