@@ -37,6 +37,7 @@ import json
 import math
 import os
 import random
+import re
 import resource
 import selectors
 import shutil
@@ -53,6 +54,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 WORK = REPO / "benchmarks" / "_work"
+FIXED_NOW = 1_796_000_000.0  # 2026-11-29: the jobs' window, so that input N is the same on every run
 SAVED_PER_KIND = 5
 FAILURES = ("crash", "hang", "memory", "drain")
 
@@ -106,7 +108,7 @@ class Material:
         self.literals = sorted({lit for r in rules for lit in r.match.contains})
         self.places = list(hostile_support.PLACES)
         self.wrappings = list(hostile_support.WRAPPINGS)
-        self.window = hostile_support.window()
+        self.window = hostile_support.window(FIXED_NOW)
 
 
 def _data_lines(limit: int) -> list[str]:
@@ -396,11 +398,23 @@ def judge(m: Material, root: Path, meta: dict) -> dict:
         if isinstance(exc, KeyboardInterrupt):
             raise
         tail = traceback.format_exc().splitlines()[-8:]
-        return {"outcome": "crash", "detail": f"{type(exc).__name__}: {str(exc)[:300]}", "traceback": tail}
+        return {"outcome": "crash", "detail": f"{type(exc).__name__}: {str(exc)[:300]}", "traceback": tail,
+                "where": _raised_at(exc)}
     if meta["user"] and (diagnosis.drain or m.hs.hardware_verdict(diagnosis)):
         drains = ",".join(d.node for d in diagnosis.drain) or "-"
         return {"outcome": "drain", "detail": f"{diagnosis.domain}/{diagnosis.category} {diagnosis.quality} drain={drains}"}
     return {"outcome": "ok", "detail": ""}
+
+
+def _raised_at(exc: BaseException) -> str:
+    """The project's deepest frame of the exception: `slurm_attrib/x.py:LINE function`."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if "/slurm_attrib/" in f.filename] or frames[-1:]
+    if not ours:
+        return "?"
+    frame = ours[-1]
+    return f"{frame.filename.split('/slurm_attrib/')[-1] if '/slurm_attrib/' in frame.filename else frame.filename}:" \
+           f"{frame.lineno} {frame.name}"
 
 
 def remove(root: Path) -> None:
@@ -608,6 +622,17 @@ def run(args) -> Tally:
     return tally
 
 
+def signature(result: dict) -> str:
+    """What a failure is, without its particulars: crashes by exception and the frame that raised it."""
+    outcome, family = result["outcome"], result.get("family", "?")
+    if outcome == "drain":
+        return f"drain from {result.get('what', '?').split(':')[0]} ({family})"
+    if outcome != "crash":
+        return f"{outcome} ({family})"
+    exception = re.sub(r"\d+", "N", result.get("detail", ""))[:70]
+    return f"crash {exception} at {result.get('where', '?')}"
+
+
 def report(tally: Tally, args) -> None:
     total = sum(tally.outcomes.values())
     print(f"fuzz_hostile: {total:,} inputs (seed {args.seed}, {args.jobs} workers, timeout {args.timeout:g} s, "
@@ -625,6 +650,11 @@ def report(tally: Tally, args) -> None:
     print(f"| {'total':<11} | " + " | ".join(f"{tally.outcomes[k]:>11,}" for k in kinds) + f" | {mean:8.1f} |")
     print()
     print("slowest inputs: " + ", ".join(f"#{i} {f} {s:.2f} s" for s, i, f in tally.slowest))
+    kinds = Counter(signature(result) for result in tally.failed)
+    if kinds:
+        print("\nfailures by kind (crash: exception and where; drain: place; hang, memory: family):")
+        for kind, count in kinds.most_common(25):
+            print(f"  {count:>7,}  {kind}")
     if tally.failed:
         print(f"\nfirst failures (saved under {tally.out}, at most {SAVED_PER_KIND} of each kind):")
         for result in tally.failed[:12]:
