@@ -171,7 +171,7 @@ def report(since: str, fmt: str, as_json: bool) -> None:
 def drain(mode: str, nodes: tuple[str, ...]) -> None:
     """List or apply pending drain recommendations: single jobs' (from the results index) and the
     fleet's (repeat offenders over `repeat_window_days`)."""
-    from slurm_attrib.drain import apply_entry, apply_pending, pending
+    from slurm_attrib.drain import apply_pending, pending
     from slurm_attrib.fleet.history import fleet_view
     from slurm_attrib.fleet.offenders import acknowledge
 
@@ -190,11 +190,7 @@ def drain(mode: str, nodes: tuple[str, ...]) -> None:
         return
     _require_admin("drain --apply")
     backend = _backend(config)
-    done = apply_pending(store, backend, nodes)
-    drained = {e["node"] for _, e in done}
-    for entry in fleet:
-        if entry["node"] not in drained:  # one drain per node; the job's own reason came first
-            done.append((f"fleet:{','.join(entry['jobs'])}", apply_entry(entry, backend)))
+    done = apply_pending(store, backend, nodes, fleet)
     acknowledge(config.results, [e["node"] for job, e in done if job.startswith("fleet:") and e["status"] == "applied"], now)
     if not done:
         click.echo("nothing to apply")
