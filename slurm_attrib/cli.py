@@ -78,6 +78,10 @@ def _render(diagnosis, fmt: str) -> str:
         from slurm_attrib.render import render_html
 
         return render_html(diagnosis)
+    if fmt == "markdown":
+        from slurm_attrib.render import render_markdown
+
+        return render_markdown(diagnosis)
     from slurm_attrib.render import render_text
 
     return render_text(diagnosis)
@@ -85,15 +89,17 @@ def _render(diagnosis, fmt: str) -> str:
 
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["json", "text", "html"]), default="json", show_default=True,
-              help="html: one self-contained page (inline CSS and SVG timeline) to open from disk or attach to a ticket.")
+@click.option("--format", "fmt", type=click.Choice(["json", "text", "html", "markdown"]), default="json", show_default=True,
+              help="html: one self-contained page (inline CSS and SVG timeline) to open from disk or attach to a ticket; "
+                   "markdown: for pasting into a GitHub issue.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
 @_rule_dirs_option
 @click.option("--connectors/--no-connectors", default=True, show_default=True,
               help="Also read the Loki and Prometheus connectors set in the config (loki.url, prometheus.url) "
                    "for the job's nodes and window; without such settings there is nothing to read.")
 def analyze(path: Path, fmt: str, output: Path | None, rule_dirs: tuple[Path, ...], connectors: bool) -> None:
-    """Diagnose the job whose evidence is in PATH (logs layout or capture directory)."""
+    """Diagnose the job whose evidence is in PATH: a logs layout or capture directory, or one
+    job-level file such as slurm-123.out."""
     from slurm_attrib.engine.pipeline import analyze_path
 
     config = None

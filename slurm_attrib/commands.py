@@ -1,4 +1,4 @@
-"""`sattrib show | report | drain | undrain | analyze-job`: the controller-side commands.
+"""`sattrib show | jobs | report | drain | undrain | analyze-job`: the controller-side commands.
 
 Registered on the CLI group by `register(main)` (see the end of slurm_attrib/cli.py).
 `show` imports neither pydantic nor the engine (except `--html`): it reads the stored files, so it is quick on a
@@ -78,14 +78,18 @@ def _backend(config):
 
 @click.command()
 @click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True, help="The diagnosis as JSON instead of text.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
+              help="markdown: for pasting into a GitHub issue.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the diagnosis as one self-contained HTML page to this file.")
-def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
+def show(job_id: str, fmt: str, as_json: bool, html_out: Path | None) -> None:
     """Show the diagnosis of one of your jobs (found through the results index)."""
     from slurm_attrib.slurm import SlurmError
     from slurm_attrib.store import JSON_NAME, TEXT_NAME, StoreError
 
+    fmt = "html" if html_out else "json" if as_json else fmt
+    name = TEXT_NAME if fmt == "text" else JSON_NAME
     config = _config()
     store = _store(config)
     privileged = _privileged()
@@ -99,25 +103,25 @@ def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
         if not privileged and row.uid is not None and row.uid != me:
             _fail(NOT_YOURS, f"job {job_id} is not your job (it belongs to {row.user or row.uid})")
         try:
-            text = store.read(job_id, JSON_NAME if as_json or html_out else TEXT_NAME)
+            text = store.read(job_id, name)
         except PermissionError:
             if row.uid == me and not row.owner_ok:
                 _fail(2, f"job {job_id}: the diagnosis was stored without per-user access (analysis did not run as root); ask an administrator")
             _fail(NOT_YOURS, f"job {job_id} is not your job (diagnosis not readable)")
         except FileNotFoundError:
             _fail(PENDING, f"job {job_id}: no diagnosis yet (analysis pending)")
-        _print_diagnosis(text, html_out)
+        _print_diagnosis(text, fmt, html_out)
         return
     # Not in the index, or the index is not readable by this user (PrivateData): the per-user
     # files, whose permissions say whose they are.
     try:
-        text = store.read(job_id, JSON_NAME if as_json or html_out else TEXT_NAME)
+        text = store.read(job_id, name)
     except PermissionError:
         _fail(NOT_YOURS, f"job {job_id}: its diagnosis is not readable by you (not your job, or stored without per-user access)")
     except FileNotFoundError:
         pass
     else:
-        _print_diagnosis(text, html_out)
+        _print_diagnosis(text, fmt, html_out)
         return
     # No diagnosis: ask Slurm why.
     try:
@@ -133,18 +137,66 @@ def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
     _fail(PENDING, f"job {job_id} ended ({info.state}): no diagnosis yet (analysis pending)")
 
 
-def _write_html(json_text: str, path: Path) -> None:
-    from slurm_attrib.model import Diagnosis
-    from slurm_attrib.render import render_html
+def _print_diagnosis(text: str, fmt: str, html_out: Path | None) -> None:
+    """The stored text or JSON as it is; HTML and Markdown rendered from the stored JSON."""
+    if fmt in ("html", "markdown"):
+        from slurm_attrib.model import Diagnosis
+        from slurm_attrib.render import render_html, render_markdown
 
-    path.write_text(render_html(Diagnosis.model_validate_json(json_text)), encoding="utf-8")
-
-
-def _print_diagnosis(text: str, html_out: Path | None) -> None:
-    if html_out:
-        _write_html(text, html_out)
-        return
+        diagnosis = Diagnosis.model_validate_json(text)
+        if fmt == "html":
+            html_out.write_text(render_html(diagnosis), encoding="utf-8")
+            return
+        text = render_markdown(diagnosis)
     click.echo(text, nl=not text.endswith("\n"))
+
+
+@click.command()
+@click.option("--since", default="7d", show_default=True, help="How far back (analysed since): 7d, 12h, 2w, or days.")
+@click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True, help="At most this many jobs, newest first.")
+@click.option("--user", "user_name", help="Another user's jobs (administrators).")
+def jobs(since: str, limit: int, user_name: str | None) -> None:
+    """Your recent jobs, newest first, each with its one-line diagnosis (from the results index)."""
+    import pwd
+
+    from slurm_attrib.fleet.report import parse_days
+    from slurm_attrib.store import JobFilter
+
+    config = _config()
+    if user_name:
+        _require_admin("jobs --user")
+        try:
+            viewer = (pwd.getpwnam(user_name).pw_uid, user_name)
+        except KeyError:
+            viewer = (None, user_name)
+    else:
+        viewer = (os.getuid(), _user_name(os.getuid()))
+    store = _store(config)
+    rows = store.page(JobFilter(viewer=viewer, since=time.time() - parse_days(since) * 86400, limit=limit))
+    if not rows:
+        index = Path(config.results) / "index.db"
+        if not config.index_url and index.exists() and not os.access(index, os.R_OK):
+            _fail(2, "the results index is private here (Slurm's PrivateData): `sattrib show JOBID` reads your own diagnoses")
+        click.echo(f"no diagnosed job of {viewer[1] or viewer[0]} in the last {since}")
+        return
+    for row in rows:
+        verdict = f"{row.domain}/{row.category}" if row.domain else "-"
+        where = ",".join(row.culprit_nodes) or "-"
+        click.echo(f"{row.job_id}\t{row.state or '-'}\t{verdict} ({row.quality or '-'})\t{where}\t{_one_line(row.summary)}")
+
+
+def _user_name(uid: int) -> str | None:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def _one_line(text: str, width: int = 160) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @click.command()
@@ -171,7 +223,7 @@ def report(since: str, fmt: str, as_json: bool) -> None:
 def drain(mode: str, nodes: tuple[str, ...]) -> None:
     """List or apply pending drain recommendations: single jobs' (from the results index) and the
     fleet's (repeat offenders over `repeat_window_days`)."""
-    from slurm_attrib.drain import apply_entry, apply_pending, pending
+    from slurm_attrib.drain import apply_pending, pending
     from slurm_attrib.fleet.history import fleet_view
     from slurm_attrib.fleet.offenders import acknowledge
 
@@ -190,11 +242,7 @@ def drain(mode: str, nodes: tuple[str, ...]) -> None:
         return
     _require_admin("drain --apply")
     backend = _backend(config)
-    done = apply_pending(store, backend, nodes)
-    drained = {e["node"] for _, e in done}
-    for entry in fleet:
-        if entry["node"] not in drained:  # one drain per node; the job's own reason came first
-            done.append((f"fleet:{','.join(entry['jobs'])}", apply_entry(entry, backend)))
+    done = apply_pending(store, backend, nodes, fleet)
     acknowledge(config.results, [e["node"] for job, e in done if job.startswith("fleet:") and e["status"] == "applied"], now)
     if not done:
         click.echo("nothing to apply")
@@ -483,5 +531,5 @@ def connectors(nodes: tuple[str, ...], since: str) -> None:
 
 
 def register(main: click.Group) -> None:
-    for command in (show, report, drain, undrain, analyze_job, batch, metrics, webhooks, serve, connectors):
+    for command in (show, jobs, report, drain, undrain, analyze_job, batch, metrics, webhooks, serve, connectors):
         main.add_command(command)

@@ -267,6 +267,8 @@ def _config_from(data: dict, path: Path) -> Config:
             values[key] = _loki_from(value, path)
         elif key == "prometheus":
             values[key] = _connector_from(PrometheusConfig, "prometheus", value, path)
+        elif key == "drain_policy" and value is False:
+            values[key] = "off"  # YAML 1.1 reads a bare `off` as false
         elif key in ("rule_dirs", "template_dirs", "topology_files", "service_trusted_proxies"):
             values[key] = tuple(str(v) for v in value or [])
         else:
@@ -274,6 +276,10 @@ def _config_from(data: dict, path: Path) -> Config:
     config = replace(Config(), **values)
     if config.drain_policy not in DRAIN_POLICIES:
         raise ConfigError(f"{path}: drain_policy {config.drain_policy!r} is not one of {', '.join(DRAIN_POLICIES)}")
+    for key in ("drain_max_nodes", "systemic_threshold", "repeat_window_days"):
+        value = getattr(config, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise ConfigError(f"{path}: {key} must be a number >= 0, not {value!r}")
     if config.index_visibility not in INDEX_VISIBILITIES:
         raise ConfigError(f"{path}: index_visibility {config.index_visibility!r} is not one of {', '.join(INDEX_VISIBILITIES)}")
     if index_url_problem(config.index_url):

@@ -10,8 +10,11 @@ top of that: a job with more suspect nodes than `systemic_threshold` drains noth
 problem: fabric, filesystem, scheduler), and a job with more drain entries than
 `drain_max_nodes` drains nothing either; the note says why.
 
-Applying: a node that is already drained or down with a reason that does not start with
-`sattrib:` keeps that reason (never overwrite someone else's drain); `undrain` resumes only nodes
+Applying: all pending recommendations in one run, one drain per node with the most specific
+reason (a GPU, then one job's fault, then a node's repeated faults); a node we drained already
+keeps its reason unless the new one is more specific; a node that is already drained or down
+with a reason that does not start with `sattrib:` keeps that reason (never overwrite someone
+else's drain); `undrain` resumes only nodes
 whose reason starts with `sattrib:` (the LBNL NHC convention, with our own prefix).
 """
 
@@ -56,8 +59,16 @@ def plan(diagnosis, config) -> tuple[list[dict], str]:
     return entries, note
 
 
+def specificity(reason: str) -> int:
+    """How precisely a reason names what to fix: 2 a GPU, 1 one job's fault, 0 a node's repeated faults."""
+    if " GPU " in reason:
+        return 2
+    return 0 if reason.startswith(f"{PREFIX} repeat ") else 1
+
+
 def apply_entry(entry: dict, backend: Backend) -> dict:
-    """Drain one node for an entry; returns the updated entry (status applied/kept/failed)."""
+    """Drain one node for an entry; returns the updated entry (status applied/kept/failed).  A node
+    we drained already keeps its reason unless this one is more specific."""
     entry = dict(entry)
     node, reason = entry["node"], clean_reason(entry["reason"])
     entry["at"] = time.time()
@@ -68,6 +79,9 @@ def apply_entry(entry: dict, backend: Backend) -> dict:
             return entry
         if state.unavailable and state.reason and not state.reason.startswith(PREFIX):
             entry["status"], entry["detail"] = KEPT, f"already {state.state.lower()} with reason {state.reason!r}"
+            return entry
+        if state.unavailable and state.reason and specificity(state.reason) >= specificity(reason):
+            entry["status"], entry["detail"] = APPLIED, f"already drained by sattrib with reason {state.reason!r}"
             return entry
         backend.drain(node, reason)
         entry["status"], entry["detail"] = APPLIED, ""
@@ -93,26 +107,36 @@ def pending(store, nodes: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
     return out
 
 
-def apply_pending(store, backend: Backend, nodes: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
-    """Apply pending recommendations (all, or those for `nodes`); one drain per node."""
+def apply_pending(store, backend: Backend, nodes: tuple[str, ...] = (), fleet: list[dict] = ()) -> list[tuple[str, dict]]:
+    """Apply every pending recommendation, single jobs' (oldest first) and then the fleet's (`fleet`
+    entries, source `fleet:JOBS`), for `nodes` if given, in one run: one drain per node, with the
+    most specific reason (the first of equals).  Returns (source, updated entry) for each."""
+    rows = [row for row in store.rows() if any(_waiting(e, nodes) for e in row.drains)]
+    candidates = [(row.job_id, e) for row in rows for e in row.drains if _waiting(e, nodes)]
+    candidates += [(f"fleet:{','.join(e['jobs'])}", e) for e in fleet if _waiting(e, nodes)]
+    chosen: dict[str, tuple[str, dict]] = {}
+    for source, entry in candidates:
+        best = chosen.get(entry["node"])
+        if best is None or specificity(clean_reason(entry["reason"])) > specificity(clean_reason(best[1]["reason"])):
+            chosen[entry["node"]] = (source, entry)
+    applied = {node: apply_entry(entry, backend) for node, (source, entry) in chosen.items()}
     done: list[tuple[str, dict]] = []
-    drained: dict[str, dict] = {}
-    for row in store.rows():
-        changed = False
-        new = []
-        for entry in row.drains:
-            if entry.get("status") == RECOMMENDED and (not nodes or entry["node"] in nodes):
-                if entry["node"] in drained:
-                    entry = {**entry, "status": drained[entry["node"]]["status"], "detail": "applied with another job's recommendation"}
-                else:
-                    entry = apply_entry(entry, backend)
-                    drained[entry["node"]] = entry
-                done.append((row.job_id, entry))
-                changed = True
-            new.append(entry)
-        if changed:
-            store.set_drains(row.job_id, new)
+    updated: dict[int, dict] = {}
+    for source, entry in candidates:
+        result = applied[entry["node"]]
+        by, first = chosen[entry["node"]]
+        if entry is not first:
+            with_whom = f"job {by}" if not by.startswith("fleet:") else f"the fleet's ({by[6:]})"
+            result = {**entry, "status": result["status"], "at": result["at"], "detail": f"applied with {with_whom} recommendation"}
+        updated[id(entry)] = result
+        done.append((source, result))
+    for row in rows:
+        store.set_drains(row.job_id, [updated.get(id(e), e) for e in row.drains])
     return done
+
+
+def _waiting(entry: dict, nodes: tuple[str, ...]) -> bool:
+    return entry.get("status") == RECOMMENDED and (not nodes or entry["node"] in nodes)
 
 
 class UndrainRefused(SattribError):

@@ -66,6 +66,8 @@ class Cause(Model):
     title: str
     trusted: bool = Field(description="Established by sources the job's user cannot write")
     detail: str = ""
+    rank: int | None = Field(None, description="The global rank whose line shows the cause ([rankN], NCCL's rank)")
+    rank_node: str | None = Field(None, description="The node that rank ran on, when the rank->node map knows it")
 
 
 class SymptomGroup(Model):

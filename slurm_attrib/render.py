@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,6 +37,33 @@ def environment(template_dirs: list[Path] | None = None) -> jinja2.Environment:
 def render_text(diagnosis: Diagnosis, template_dirs: list[Path] | None = None) -> str:
     template = environment(template_dirs).get_template("diagnosis.txt.j2")
     return template.render(d=diagnosis)
+
+
+# -- Markdown (for a GitHub issue) ------------------------------------------------------------------
+
+MARKDOWN_SPECIALS = "\\`*_[]|~"  # what makes markup mid-line (a link needs a `[`, a table cell ends at `|`)
+
+
+def _md(value) -> str:
+    """One line of Markdown that shows the text as it is: markup characters escaped, HTML's too
+    (a log line is hostile: it must not become a link, an image or a tag)."""
+    text = " ".join(str(value).split())
+    text = "".join(f"\\{c}" if c in MARKDOWN_SPECIALS else c for c in text)
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _fence(lines) -> str:
+    """A code fence longer than any run of backticks in the lines (or in any field of the evidence
+    lines given), so that none can close it."""
+    longest = max((len(run) for line in lines for run in re.findall("`+", str(line))), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def render_markdown(diagnosis: Diagnosis, template_dirs: list[Path] | None = None) -> str:
+    env = environment(template_dirs)
+    env.filters["md"] = _md
+    env.filters["fence"] = _fence
+    return env.get_template("diagnosis.md.j2").render(d=diagnosis)
 
 
 # -- HTML ------------------------------------------------------------------------------------------

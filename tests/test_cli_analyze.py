@@ -22,11 +22,64 @@ def test_missing_path_is_one_line_exit_2(tmp_path):
     assert "nope" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_file_instead_of_directory_is_exit_2(tmp_path):
-    target = tmp_path / "file.log"
-    target.write_text("hello\n")
-    result = run("analyze", str(target))
-    assert result.returncode == 2 and "file.log" in result.stderr
+def test_neither_directory_nor_regular_file_is_exit_2(tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+    result = run("analyze", str(tmp_path / "pipe"))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip() == f"sattrib: {tmp_path / 'pipe'}: not a directory or a regular file"
+
+
+def test_a_single_slurm_output_file_names_the_failing_rank(tmp_path):
+    """`sattrib analyze slurm-123.out`: a logs layout holding just that file; its name gives the job
+    id, and a `[rank11]` OOM names rank 11 (no rank->node map in the file: the node is not known)."""
+    log = require_corpus() / "039-msswift-4x4-a100-rank11-oom-watchdog" / "log.txt"
+    single = tmp_path / "slurm-123.out"
+    single.write_bytes(log.read_bytes())
+    result = run("analyze", str(single))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["domain"], data["category"], data["outcome"]["job_id"]) == ("application", "gpu_oom", "123")
+    assert (data["cause"]["rank"], data["cause"]["rank_node"]) == (11, None)
+    assert {e["source"] for e in data["evidence"]} == {"slurm-123.out"}
+    text = run("analyze", str(single), "--format", "text").stdout
+    assert "  where    rank 11 (node not known)\n" in text
+    # with NCCL's init line the rank->node map knows rank 11: its node is named
+    mapped = tmp_path / "mapped.out"
+    mapped.write_bytes(b"gpu03:2521735:2521735 [3] NCCL INFO comm 0x5566 rank 11 nranks 16 cudaDev 3 nvmlDev 3 "
+                       b"busId 4b000 commId 0xabc - Init COMPLETE\n" + log.read_bytes())
+    data = json.loads(run("analyze", str(mapped)).stdout)
+    assert (data["cause"]["rank"], data["cause"]["rank_node"], data["culprit_nodes"]) == (11, "gpu03", ["gpu03"])
+    assert "  where    gpu03 (rank 11)\n" in run("analyze", str(mapped), "--format", "text").stdout
+    page = run("analyze", str(mapped), "--format", "html").stdout
+    assert "<dt>where</dt><dd>gpu03 (rank 11)" in page
+
+
+def test_markdown_for_a_github_issue(tmp_path):
+    result = run("demo", "--format", "json")
+    markdown = run("analyze", str(Path(__file__).resolve().parents[1] / "slurm_attrib" / "samples" / "demo"), "--format", "markdown")
+    assert result.returncode == 0 and markdown.returncode == 0, markdown.stderr
+    text = markdown.stdout
+    assert text.startswith("### sattrib: job 4189877 FAILED, exit 1:0\n\nJob 4189877 failed, caused by Xid 79")
+    assert "| **what** | gpu / gpu\\_fell\\_off\\_bus |" in text
+    assert "| **where** | dgx004, GPU 0000:5d:00 (Xid 79) |" in text and "| **how sure** | CONFIRMED |" in text
+    block = text.split("**Cause evidence**\n\n```text\n", 1)[1].split("\n```\n", 1)[0]
+    assert block.splitlines()[:2] == ["dgx004 dgx004/journal.txt:11", "2026-12-02T16:46:53+0000 dgx004 kernel: NVRM: Xid "
+                                      "(PCI:0000:5d:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."]
+    assert "| count | what | nodes | ranks | explained by |" in text
+    assert "| 126 | collective\\_timeout | 8 | 63 | gpu.xid |" in text
+
+
+def test_markdown_keeps_hostile_lines_inert(tmp_path):
+    """A job's line can hold backticks, pipes, links and tags: the code fence is longer than any
+    run of backticks in it, and table cells and the summary escape markup and HTML."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "slurm-9.out").write_text(
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. ```` | <img src=x onerror=alert(1)> [x](http://evil)\n")
+    text = run("analyze", str(job), "--format", "markdown").stdout
+    assert "`````text\n" in text and "\n`````\n" in text
+    body = text.split("`````text\n", 1)[0] + text.split("\n`````\n", 1)[1]
+    assert "<img" not in body and "](http" not in body
 
 
 def test_invalid_job_json_names_the_file(tmp_path):

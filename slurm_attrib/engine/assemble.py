@@ -49,6 +49,8 @@ def cause_of(event: Event, verdict: Verdict) -> Cause:
         title=event.title,
         trusted=event.trusted,
         detail=detail,
+        rank=event.rank,
+        rank_node=event.node if event.rank is not None else None,
     )
 
 

@@ -18,7 +18,6 @@ from slurm_attrib.vocab import DRAINABLE_DOMAINS
 FAILED_STATES = {"FAILED", *reconcile.STATE_CAUSES}
 SYSTEMIC_MIN_NODES = 3  # the same fault on at least this many nodes ...
 SYSTEMIC_WINDOW = 300.0  # ... within this many seconds of the first is systemic
-MAX_DRAIN_NODES = 2
 COMPLETION_MARKERS = ("job_progress_done", "program_exit")  # the job said it finished
 WENT_SILENT_MARGIN = 60.0  # a node whose logs stop this much before every other node's died first
 
@@ -538,12 +537,13 @@ def _nccl_error_returned(event: Event) -> bool:
 
 def _drains(verdict: Verdict, job: JobContext) -> list[Drain]:
     """Confirmed hardware faults from sources the user cannot write; ambiguous ones too, each
-    node on its own evidence; never a systemic problem or more than MAX_DRAIN_NODES nodes."""
+    node on its own evidence; never a systemic problem.  How many nodes one job may drain is the
+    site's `drain_max_nodes` (drain.plan), not the engine's."""
     if verdict.primary is None or verdict.quality not in ("confirmed", "ambiguous") or verdict.systemic:
         return []
     faults = [verdict.primary, *verdict.rivals]
     drainable = [e for e in faults if e.domain in DRAINABLE_DOMAINS and e.trusted and e.strength == 3]
-    if len(drainable) != len(faults) or not 0 < len(verdict.culprits) <= MAX_DRAIN_NODES:
+    if len(drainable) != len(faults) or not verdict.culprits:
         return []
     # a node outside the job is never drained for it, whatever named it
     by_node = {e.node: e for e in drainable if e.node and (not job.nodes or e.node in job.nodes)}

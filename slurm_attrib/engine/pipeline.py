@@ -8,7 +8,7 @@ from pathlib import Path
 from slurm_attrib.engine.diagnose import diagnose
 from slurm_attrib.engine.events import anchor_boot_clock, resolve_nodes, scan_evidence
 from slurm_attrib.ingest.hostmap import ip_host_pairs
-from slurm_attrib.ingest.layout import load_evidence
+from slurm_attrib.ingest.layout import load_evidence, load_file
 from slurm_attrib.ingest.types import Evidence
 from slurm_attrib.model import Diagnosis
 from slurm_attrib.ruleset.loader import load_rules
@@ -50,10 +50,13 @@ def _analyze(evidence: Evidence, scanner: Scanner) -> Diagnosis:
 
 
 def load_any(path: Path, vouch: bool = True) -> Evidence:
-    """A capture spool job directory (the epilog's bundles) or a plain logs-layout directory.
-    vouch=False: no file in it is the operator's, whoever owns it (an upload): nothing acts."""
+    """A capture spool job directory (the epilog's bundles), a plain logs-layout directory, or one
+    job-level file (a logs layout holding just it).  vouch=False: no file in it is the operator's,
+    whoever owns it (an upload): nothing acts."""
     from slurm_attrib.ingest.bundle import is_spool_job_dir, load_spool_job
 
+    if Path(path).is_file():
+        return load_file(path)
     return load_spool_job(path, vouch) if is_spool_job_dir(path) else load_evidence(path, vouch)
 
 

@@ -10,7 +10,8 @@ the store through its own locking).
 
 Re-analysing old jobs never drains: a new diagnosis keeps the drain entries already stored for
 it, and otherwise records its recommendations as skipped unless `--drain` asks to recommend
-them (the fleet report's repeat offenders are the way history becomes drains).
+them (the fleet report's repeat offenders are the way history becomes drains); `--drain` also
+recommends what an earlier run without it recorded as skipped.
 
 A folder never chooses whose job it replaces: a folder named by a job id must be that job (a
 job.json naming another is refused), a stored job is replaced only from a folder owned by root,
@@ -298,7 +299,8 @@ def _store_result(result: tuple, job: BatchJob, old: Row | None, store: Store, c
     uid, refusal = _ownership(job, old, user, trusted)
     if refusal:
         return Outcome(job_id, "failed", before, None, refusal)
-    if old is not None and {e["node"] for e in old.drains} == {d.node for d in diagnosis.drain}:
+    if old is not None and {e["node"] for e in old.drains} == {d.node for d in diagnosis.drain} and not (
+            drain and _batch_skipped(old.drains)):
         entries, note = old.drains, old.drain_note
     else:
         entries, note = plan(diagnosis, config)
@@ -311,6 +313,11 @@ def _store_result(result: tuple, job: BatchJob, old: Row | None, store: Store, c
         state=state or diagnosis.outcome.state, drains=entries, drain_note=note, rule_pack=pack, evidence=str(job.evidence),
     )
     return Outcome(job_id, "analysed", before, _verdict(row))
+
+
+def _batch_skipped(entries: list[dict]) -> bool:
+    """Entries an earlier batch without --drain recorded as skipped: `--drain` may recommend them now."""
+    return any(e.get("status") == SKIPPED and e.get("detail") == BATCH_NOTE for e in entries)
 
 
 def _verdict(row: Row) -> tuple:

@@ -1,9 +1,10 @@
-"""Repeat offenders: nodes and GPUs named as the hardware culprit of several independent jobs.
+"""Repeat offenders: nodes named as the hardware culprit of several independent jobs.
 
-One job's `likely` is not enough to drain a node; the same node or GPU named as the hardware
-origin of two or more jobs within a window (default 14 days) is.  Only a job whose cause rests on
-evidence no user could have written counts (its row's `trusted`, set from the cause event's
-provenance): a job's output, however it looks, never strikes a node.  A GPU whose repeated faults are
+One job's `likely` is not enough to drain a node; the same node named as the hardware origin of
+two or more jobs within a window (default 14 days) is.  One fault is one strike: a job that named
+a GPU strikes its node once, and the offender names the GPU that two or more of its jobs named.
+Only a job whose cause rests on evidence no user could have written counts (its row's `trusted`,
+set from the cause event's provenance): a job's output, however it looks, never strikes a node.  A GPU whose repeated faults are
 memory faults (uncorrectable ECC, row-remap failures) is also an RMA candidate.
 
 Acknowledgements: once a repeat offender is drained through `sattrib drain --apply`, or resumed
@@ -14,6 +15,7 @@ again.  They are kept in `<results>/fleet-acks.json` ({node: UNIX time}).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +32,7 @@ ACKS = "fleet-acks.json"
 
 @dataclass(frozen=True)
 class Strike:
-    """One job that named the node (and maybe GPU) as its hardware origin."""
+    """One job that named the node as its hardware origin (and the GPU, when it named one there)."""
 
     job_id: str
     time: float
@@ -38,12 +40,24 @@ class Strike:
     category: str
     quality: str
     xid: int | None = None
+    pci_bus_id: str | None = None
+    uuid: str | None = None
+
+    @property
+    def gpu(self) -> tuple | None:
+        """The GPU's identity: its UUID when captured (it follows a moved board), else its slot."""
+        if not self.pci_bus_id:
+            return None
+        return ("uuid", self.uuid) if self.uuid else ("slot", self.pci_bus_id)
 
 
 @dataclass
 class Offender:
+    """A node named as the hardware origin of several jobs; one strike per job.  `pci_bus_id`
+    names the GPU inside it that two or more of those jobs named (None: the node as a whole)."""
+
     node: str
-    pci_bus_id: str | None  # None: the node as a whole
+    pci_bus_id: str | None
     strikes: list[Strike] = field(default_factory=list)
     uuid: str | None = None
 
@@ -53,7 +67,10 @@ class Offender:
 
     @property
     def memory_faults(self) -> bool:
-        return all(s.category in MEMORY_CATEGORIES or s.xid in MEMORY_XIDS for s in self.strikes)
+        """Every fault of the named GPU is a memory fault."""
+        gpu = ("uuid", self.uuid) if self.uuid else ("slot", self.pci_bus_id)
+        mine = [s for s in self.strikes if s.gpu == gpu]
+        return bool(mine) and all(s.category in MEMORY_CATEGORIES or s.xid in MEMORY_XIDS for s in mine)
 
     @property
     def recommendation(self) -> str:
@@ -73,11 +90,22 @@ class Offender:
 def repeat_offenders(
     rows: list[Row], now: float, window_days: float = DEFAULT_WINDOW_DAYS, acks: dict[str, float] | None = None,
 ) -> list[Offender]:
-    """Nodes and GPUs named as the hardware culprit in >= 2 jobs in the window, worst first."""
-    acks = acks or {}
+    """Nodes named as the hardware culprit in >= 2 jobs in the window, worst first: one fault is
+    one strike, of one offender.  A GPU with a known UUID is followed when it moves: its earlier
+    faults go with it to the node where it was last seen."""
+    strikes = _strikes(rows, now, window_days, acks or {})
+    where = {s.gpu: node for node, s in strikes if s.uuid}  # in time order: the last node wins
+    by_node: dict[str, list[Strike]] = {}
+    for node, strike in strikes:
+        by_node.setdefault(where.get(strike.gpu, node) if strike.uuid else node, []).append(strike)
+    found = [_offender(node, found) for node, found in by_node.items() if len({s.job_id for s in found}) >= MIN_JOBS]
+    return sorted(found, key=lambda o: (-len(o.strikes), o.node))
+
+
+def _strikes(rows: list[Row], now: float, window_days: float, acks: dict[str, float]) -> list[tuple[str, Strike]]:
+    """(node, strike) for each trusted hardware job of the window and each of its culprit nodes, in time order."""
     start = now - window_days * 86400
-    nodes: dict[str, Offender] = {}
-    gpus: dict[tuple[str, str], Offender] = {}
+    out = []
     for row in sorted(rows, key=lambda r: (job_time(r), r.job_id)):
         when = job_time(row)
         if not row.trusted or row.domain not in HARDWARE_DOMAINS or row.systemic or row.quality not in ("confirmed", "likely"):
@@ -87,19 +115,22 @@ def repeat_offenders(
         for node in row.culprit_nodes:
             if when <= acks.get(node, float("-inf")):
                 continue
-            strike = Strike(row.job_id, when, row.domain, row.category or "", row.quality)
-            nodes.setdefault(node, Offender(node, None)).strikes.append(strike)
-            for gpu in row.gpus:
-                if gpu.get("node") == node and gpu.get("pci_bus_id"):
-                    # a GPU with a known UUID is followed when it moves to another slot or node
-                    key = ("uuid", gpu["uuid"]) if gpu.get("uuid") else (node, gpu["pci_bus_id"])
-                    offender = gpus.setdefault(key, Offender(node, gpu["pci_bus_id"], uuid=gpu.get("uuid")))
-                    offender.node, offender.pci_bus_id = node, gpu["pci_bus_id"]  # where it was last seen
-                    offender.strikes.append(Strike(row.job_id, when, row.domain, row.category or "", row.quality, gpu.get("xid")))
-    found = [o for o in [*nodes.values(), *gpus.values()] if len({s.job_id for s in o.strikes}) >= MIN_JOBS]
-    for offender in found:
-        offender.strikes.sort(key=lambda s: (s.time, s.job_id))
-    return sorted(found, key=lambda o: (-len(o.strikes), o.node, o.pci_bus_id or ""))
+            gpu = next((g for g in row.gpus if g.get("node") == node and g.get("pci_bus_id")), {})
+            out.append((node, Strike(row.job_id, when, row.domain, row.category or "", row.quality, gpu.get("xid"),
+                                     gpu.get("pci_bus_id"), gpu.get("uuid"))))
+    return out
+
+
+def _offender(node: str, strikes: list[Strike]) -> Offender:
+    """The node's offender, naming the GPU that two or more of its jobs named (the most, first seen)."""
+    strikes = sorted(strikes, key=lambda s: (s.time, s.job_id))
+    counts = Counter(s.gpu for s in strikes if s.gpu)
+    repeated = [gpu for gpu, count in counts.items() if count >= MIN_JOBS]
+    if not repeated:
+        return Offender(node, None, strikes)
+    gpu = max(repeated, key=lambda g: counts[g])
+    last = [s for s in strikes if s.gpu == gpu][-1]  # where it sits now
+    return Offender(node, last.pci_bus_id, strikes, uuid=last.uuid)
 
 
 def read_acks(results: str | Path) -> dict[str, float]:
@@ -121,21 +152,15 @@ def acknowledge(results: str | Path, nodes: list[str], when: float) -> None:
 
 
 def fleet_drains(offenders: list[Offender], window_days: float, switch_side_nodes: set[str]) -> list[dict]:
-    """One drain recommendation per repeat-offender node (GPU offenders named in the reason); a node
-    whose strikes are all network faults that a switch-side pattern explains is left alone."""
+    """One drain recommendation per repeat-offender node (its repeated GPU named in the reason); a
+    node whose strikes are all network faults that a switch-side pattern explains is left alone."""
     from slurm_attrib.drain import clean_reason
 
-    chosen: dict[str, Offender] = {}
-    for offender in offenders:
-        if offender.node in switch_side_nodes and all(s.domain == "network" for s in offender.strikes):
-            continue
-        best = chosen.get(offender.node)
-        # a GPU offender names the part to replace: it wins over its node's own entry
-        if best is None or (offender.pci_bus_id and not best.pci_bus_id):
-            chosen[offender.node] = offender
+    chosen = {o.node: o for o in offenders
+              if not (o.node in switch_side_nodes and all(s.domain == "network" for s in o.strikes))}
     return [
         {"node": node, "reason": clean_reason(chosen[node].reason(window_days)), "status": RECOMMENDED,
-         "detail": "", "jobs": chosen[node].jobs, "recommendation": chosen[node].recommendation, "source": "fleet"}
+         "detail": "", "jobs": chosen[node].jobs, "recommendation": chosen[node].recommendation, "source": "fleet",
+         "gpu": chosen[node].pci_bus_id}
         for node in sorted(chosen)
     ]
-

@@ -60,7 +60,7 @@ def load_evidence(path: Path, vouch: bool = True) -> Evidence:
     except OSError as error:
         raise InputError(f"{path}: {_one_line(readers._describe(error))}") from None
     if not stat.S_ISDIR(info.st_mode):
-        raise InputError(f"{path}: not a directory")
+        raise InputError(f"{path}: not a directory or a regular file")
     if not os.access(path, os.R_OK | os.X_OK):
         raise InputError(f"{path}: permission denied")
     root = Path(os.path.realpath(path))
@@ -68,7 +68,41 @@ def load_evidence(path: Path, vouch: bool = True) -> Evidence:
         entries = _walk(root)
     except OSError as error:
         raise InputError(f"{path}: {_one_line(readers._describe(error))}") from None
+    evidence = _read_layout(path, root, entries, vouch)
+    if (root / JOB_FILE).is_symlink():
+        raise InputError(f"{path / JOB_FILE}: symbolic link (not followed)")
+    if (root / JOB_FILE).exists() and not (root / JOB_FILE).is_file():
+        raise InputError(f"{path / JOB_FILE}: not a regular file")
+    return evidence
 
+
+SLURM_OUTPUT = re.compile(r"slurm-(\d+(?:_\d+)?)\.(?:out|err)(?:\.gz)?")
+
+
+def load_file(path: Path) -> Evidence:
+    """One job-level file (e.g. `slurm-123.out`) read as a logs layout holding just that file; a
+    Slurm output file's name gives the job id.  Raises InputError as load_evidence does."""
+    path = Path(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file or directory") from None
+    except OSError as error:
+        raise InputError(f"{path}: {_one_line(readers._describe(error))}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{path}: not a directory or a regular file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{path}: permission denied")
+    real = Path(os.path.realpath(path))
+    evidence = _read_layout(real.parent, real.parent, [(real.name, None, "file", info.st_size, "")], vouch=False)
+    named = SLURM_OUTPUT.fullmatch(real.name)
+    if named:
+        evidence.job = replace(evidence.job, job_id=named.group(1))
+    return evidence
+
+
+def _read_layout(path: Path, root: Path, entries: list, vouch: bool) -> Evidence:
+    """The evidence of the walked entries of a logs layout rooted at `root`."""
     owner = OwnerCheck(root, enabled=vouch)
     job = JobContext()
     coverage: list[CoverageEntry] = []
@@ -85,10 +119,6 @@ def load_evidence(path: Path, vouch: bool = True) -> Evidence:
         else:
             status = "unreadable" if entry_kind == "unreadable" else "skipped"
             coverage.append(CoverageEntry(node=node, source=rel, kind=None, status=status, detail=detail))
-    if (root / JOB_FILE).is_symlink():
-        raise InputError(f"{path / JOB_FILE}: symbolic link (not followed)")
-    if (root / JOB_FILE).exists() and not (root / JOB_FILE).is_file():
-        raise InputError(f"{path / JOB_FILE}: not a regular file")
 
     files: list[SourceFile] = []
     budget = readers.MAX_TOTAL_BYTES

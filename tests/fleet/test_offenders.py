@@ -51,10 +51,22 @@ def test_a_gpu_with_repeated_memory_faults_is_an_rma_candidate(tmp_path):
     rows = [row("1", "gpu03", days_ago=5, category="gpu_uncorrectable_ecc", gpu="0000:3b:00.0", xid=48),
             row("2", "gpu03", days_ago=1, category="gpu_row_remap_failure", gpu="0000:3b:00.0", xid=64)]
     offenders = repeat_offenders(rows, NOW)
-    assert [(o.node, o.pci_bus_id, o.recommendation) for o in offenders] == [
-        ("gpu03", None, "drain"), ("gpu03", "0000:3b:00.0", "rma")]
-    [entry] = fleet_drains(offenders, 14, set())  # one drain per node, naming the GPU
-    assert "GPU 0000:3b:00.0" in entry["reason"] and entry["recommendation"] == "rma"
+    # one fault is one offender: the node, with the GPU named inside (not the node and the GPU)
+    assert [(o.node, o.pci_bus_id, o.recommendation, o.jobs) for o in offenders] == [("gpu03", "0000:3b:00.0", "rma", ["1", "2"])]
+    [entry] = fleet_drains(offenders, 14, set())
+    assert "GPU 0000:3b:00.0" in entry["reason"] and "in 2 jobs" in entry["reason"] and entry["recommendation"] == "rma"
+
+
+def test_one_strike_per_job_per_node_and_the_gpu_named_only_when_it_repeats():
+    rows = [row("1", "gpu04", days_ago=5, gpu="0000:18:00", xid=79),
+            row("2", "gpu04", days_ago=3, category="gpu_uncorrectable_ecc", gpu="0000:2a:00", xid=48),
+            row("3", "gpu04", days_ago=1, domain="host", category="node_failure")]
+    [offender] = repeat_offenders(rows, NOW)
+    assert (offender.node, offender.pci_bus_id, offender.jobs, offender.recommendation) == ("gpu04", None, ["1", "2", "3"], "drain")
+    rows.append(row("4", "gpu04", days_ago=0.5, gpu="0000:2a:00", xid=79))
+    [offender] = repeat_offenders(rows, NOW)
+    # GPU 2a:00 repeats: named; one of its faults is no memory fault, so a drain, not an RMA
+    assert (offender.pci_bus_id, len(offender.strikes), offender.recommendation) == ("0000:2a:00", 4, "drain")
 
 
 def test_switch_side_fabric_patterns_keep_network_offenders_from_being_drained():

@@ -66,13 +66,12 @@ def test_report_in_three_formats(fleet):
     env, _ = fleet
     data = json.loads(_sattrib(env, "report", "--since", "14d", "--format", "json").stdout)
     assert data["jobs"] == 5 and data["by_domain"] == {"gpu": 4, "application": 1}
-    assert [(o["node"], o["gpu"], o["recommendation"]) for o in data["repeat_offenders"]] == [
-        ("gpu01", None, "drain"), ("gpu01", "0000:3b:00", "drain")]
+    assert [(o["node"], o["gpu"], o["recommendation"]) for o in data["repeat_offenders"]] == [("gpu01", "0000:3b:00", "drain")]
     assert [o["job_id"] for o in data["repeat_offenders"][0]["jobs"]] == ["201", "202"]
     assert data["xid_histogram"] == {"gpu01 0000:3b:00": {"79": 2}, "gpu02 0000:5d:00": {"48": 1}}
     assert data["gpu_hours_lost"]["gpu"] == pytest.approx(4 * 1 * 2 * 8)  # 4 jobs x 1 h x 2 nodes x 8 GPUs
     text = _sattrib(env, "report", "--since", "14d").stdout
-    assert "Repeat offenders (>= 2 jobs in 14 days): 2" in text and "gpu01: DRAIN" in text
+    assert "Repeat offenders (>= 2 jobs in 14 days): 1" in text and "gpu01 GPU 0000:3b:00: DRAIN" in text
     rows = list(csv.DictReader(io.StringIO(_sattrib(env, "report", "--since", "14d", "--format", "csv").stdout)))
     offenders = [r for r in rows if r["section"] == "repeat_offender"]
     assert {(r["node"], r["jobs"]) for r in offenders} == {("gpu01", "201 202")}
