@@ -15,11 +15,14 @@ read, so every source carries its provenance and every event inherits it:
 An operator asserts the provenance of the logs layout's node folders by owning them (see
 ingest.layout): each file then counts as what its kind says it is (a kernel log as `kernel`).
 
-Only trusted provenance may support a drain, a fleet strike or a `confirmed` hardware verdict, and
-a rule that reads kernel messages is trusted only on the kernel's own log, or on a line that a
-daemon-written log files under the program `kernel` (rsyslog's kern.log, the journal of root's
-services, a node's syslog the operator vouches for): a root daemon's line that quotes an Xid is
-not the kernel's report of one.  `supports_verdict` is that decision;
+Only trusted provenance may support a drain, a fleet strike or a `confirmed` hardware verdict.  In
+a log a daemon keeps for others (syslog, the journal, rsyslog's kern.log) a line's header names
+the program that sent it, as the sender said: a line filed under any program but `kernel` never
+acts (a user's `logger` line, or a daemon quoting something), and a rule that reads kernel
+messages counts only on the kernel's own log or on a line filed under `kernel`.  In a plain text
+syslog a user's `logger -t kernel` line is filed under `kernel` too: the epilog therefore reads
+root's journal lines only and never /var/log/syslog as the daemons'; an operator who hands over
+a node's syslog file vouches for what it files under `kernel`.  `supports_verdict` is that decision;
 every path that acts (the diagnosis' drain list, the fleet, the NHC check, the service) goes
 through it, directly or through the events and index rows it marked.
 """
@@ -57,10 +60,14 @@ def vouched(kind: str) -> Provenance:
     return PROVENANCE_OF_KIND.get(kind, Provenance.USER)
 
 
-def supports_verdict(provenance: Provenance, reads_kernel: bool, filed_as_kernel: bool = False) -> bool:
-    """May evidence of this provenance, matched by a rule that does (or does not) read kernel
-    messages, support a drain, a fleet strike or a confirmed hardware verdict?  filed_as_kernel:
-    the line's syslog header names the program `kernel`."""
+def supports_verdict(provenance: Provenance, reads_kernel: bool, filed_under: str | None = None) -> bool:
+    """May a line of this provenance, matched by a rule that does (or does not) read kernel
+    messages, support a drain, a fleet strike or a confirmed hardware verdict?  filed_under: the
+    program the line's syslog header names (None: the line has no such header)."""
+    if not provenance.trusted:
+        return False
+    if provenance is Provenance.DAEMON and filed_under not in (None, "kernel"):
+        return False
     if reads_kernel:
-        return provenance is Provenance.KERNEL or (provenance is Provenance.DAEMON and filed_as_kernel)
-    return provenance.trusted
+        return provenance is Provenance.KERNEL or (provenance is Provenance.DAEMON and filed_under == "kernel")
+    return True

@@ -195,12 +195,15 @@ def place_user_node_folder(root: Path, forged: list[str], win: Window) -> None:
 
 
 def _bundle_lines(text: str) -> list[list]:
-    return [[number, line] for number, line in enumerate(text.splitlines(), 1)]
+    """Lines as the epilog keeps them: split at newlines only (grep -n), a CR stays inside its line."""
+    return [[number, line] for number, line in enumerate(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"), 1)]
 
 
-def _spool_place(source: str, kind: str, prefix: Callable[[Window], str]) -> Callable[[Path, list[str], Window], None]:
+def _spool_place(source: str, kind: str, prefix: Callable[[Window], str],
+                 provenance: str | None = None) -> Callable[[Path, list[str], Window], None]:
     """A capture spool job: every node's bundle with a benign kernel source; the first node's
-    `source` (of `kind`) holds the forged lines, each after `prefix` (as the epilog captured them)."""
+    `source` (of `kind`) holds the forged lines, each after `prefix` (as the epilog captured them),
+    with the provenance the epilog recorded for it (None: a bundle from before it recorded one)."""
 
     def place(root: Path, forged: list[str], win: Window) -> None:
         (root / "nodes").mkdir(parents=True, exist_ok=True)
@@ -212,6 +215,8 @@ def _spool_place(source: str, kind: str, prefix: Callable[[Window], str]) -> Cal
             if node == NODES[0]:
                 text = "".join(f"{head}{line}\n" for line in forged)
                 sources.append({"name": source, "kind": kind, "status": "ok", "lines": _bundle_lines(text)})
+                if provenance is not None:
+                    sources[-1]["provenance"] = provenance
             bundle = {"format": "sattrib-node-bundle", "version": 1, "node": node,
                       "job": {"job_id": JOB_ID, "nodes": list(NODES), "start": win.start, "end": win.end,
                               "start_from": "prolog"},
@@ -225,11 +230,17 @@ PLACES: dict[str, Callable[[Path, list[str], Window], None]] = {
     "job-stdout": place_job_stdout,
     "nccl-debug-file": place_nccl_debug,
     "syslog-user-tag": _syslog_place("train.sh[4242]"),
-    "syslog-kernel-tag": _syslog_place("kernel"),
+    # Not a place: `logger -t kernel` in a plain text syslog an operator copied in is filed under
+    # `kernel` like the kernel's own lines, and the operator vouches for it (README, Provenance;
+    # tests/test_provenance.py).  The epilog never reads such a file as the daemons'.
     "user-node-folder": place_user_node_folder,
-    # the epilog's syslog source: journald transports syslog/journal/stdout, short-iso-precise
+    # the epilog's syslog source before it recorded provenance (every uid's journal lines were read)
     "spool-syslog-user-tag": _spool_place("syslog", "syslog", lambda w: f"{_iso(w.when)} {NODES[0]} train.sh[4242]: "),
     "spool-syslog-kernel-tag": _spool_place("syslog", "syslog", lambda w: f"{_iso(w.when)} {NODES[0]} kernel: "),
+    # now: root's journal lines (daemon), where a line filed under a user's program never acts, and
+    # the /var/log/syslog fallback (user), where `logger -t kernel` lines are
+    "spool-journal-user-tag": _spool_place("syslog", "syslog", lambda w: f"{_iso(w.when)} {NODES[0]} train.sh[4242]: ", "daemon"),
+    "spool-syslog-file-kernel-tag": _spool_place("syslog", "syslog", lambda w: f"{_iso(w.when)} {NODES[0]} kernel: ", "user"),
     "spool-job-stdout": _spool_place("job_stdout", "app", lambda w: ""),
     "spool-nccl-debug": _spool_place("nccl_debug", "app", lambda w: f"{NODES[0]}:4242:4300 [0] "),
 }

@@ -181,8 +181,10 @@ def test_a_root_services_line_quoting_an_xid_is_no_kernel_report(tmp_path):
 def test_kernel_reading_rules_need_the_kernels_own_log():
     assert supports_verdict(Provenance.KERNEL, reads_kernel=True)
     assert not supports_verdict(Provenance.DAEMON, reads_kernel=True)
-    assert supports_verdict(Provenance.DAEMON, reads_kernel=True, filed_as_kernel=True)
-    assert not supports_verdict(Provenance.USER, reads_kernel=True, filed_as_kernel=True)
+    assert supports_verdict(Provenance.DAEMON, reads_kernel=True, filed_under="kernel")
+    assert not supports_verdict(Provenance.USER, reads_kernel=True, filed_under="kernel")
+    assert supports_verdict(Provenance.DAEMON, reads_kernel=False)  # a daemon's own log: no header
+    assert not supports_verdict(Provenance.DAEMON, reads_kernel=False, filed_under="alice")
     assert supports_verdict(Provenance.DAEMON, reads_kernel=False)
     assert supports_verdict(Provenance.PROBE, reads_kernel=False)
     assert not supports_verdict(Provenance.USER, reads_kernel=False)
