@@ -3,7 +3,7 @@
 Registered on the CLI group by `register(main)` (see the end of slurm_attrib/cli.py).
 `show` imports neither pydantic nor the engine (except `--html`): it reads the stored files, so it is quick on a
 login node.  Exit codes of `show`: 0 ok, 3 not your job, 4 job unknown, 5 job still running,
-6 no diagnosis yet (analysis pending), 2 other errors.
+6 no diagnosis yet (analysis pending), 7 the analysis failed (ask an admin), 2 other errors.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import click
 
 from slurm_attrib.errors import SattribError
 
-NOT_YOURS, UNKNOWN, RUNNING, PENDING = 3, 4, 5, 6
+NOT_YOURS, UNKNOWN, RUNNING, PENDING, ANALYSIS_FAILED = 3, 4, 5, 6, 7
 
 
 def _config():
@@ -105,6 +105,7 @@ def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
                 _fail(2, f"job {job_id}: the diagnosis was stored without per-user access (analysis did not run as root); ask an administrator")
             _fail(NOT_YOURS, f"job {job_id} is not your job (diagnosis not readable)")
         except FileNotFoundError:
+            _fail_if_analysis_failed(store, job_id)
             _fail(PENDING, f"job {job_id}: no diagnosis yet (analysis pending)")
         _print_diagnosis(text, html_out)
         return
@@ -115,7 +116,7 @@ def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
     except PermissionError:
         _fail(NOT_YOURS, f"job {job_id}: its diagnosis is not readable by you (not your job, or stored without per-user access)")
     except FileNotFoundError:
-        pass
+        _fail_if_analysis_failed(store, job_id)
     else:
         _print_diagnosis(text, html_out)
         return
@@ -131,6 +132,19 @@ def show(job_id: str, as_json: bool, html_out: Path | None) -> None:
     if info.active:
         _fail(RUNNING, f"job {job_id} still running (state {info.state}): the diagnosis comes after it ends")
     _fail(PENDING, f"job {job_id} ended ({info.state}): no diagnosis yet (analysis pending)")
+
+
+def _fail_if_analysis_failed(store, job_id: str) -> None:
+    """Exit 7 when the job's analysis failed (its status.json: slurm_attrib.store.status)."""
+    from slurm_attrib.store.status import read_status
+
+    try:
+        status = read_status(store.job_dir(job_id))
+    except OSError:  # not readable by this user: not theirs to know
+        return
+    if status and status.get("status") == "failed":
+        reason = str(status.get("reason") or "").strip()
+        _fail(ANALYSIS_FAILED, f"job {job_id}: analysis failed{f' ({reason})' if reason else ''}; ask an administrator")
 
 
 def _write_html(json_text: str, path: Path) -> None:
