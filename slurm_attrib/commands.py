@@ -496,6 +496,32 @@ def connectors(nodes: tuple[str, ...], since: str) -> None:
         sys.exit(1)
 
 
+@click.command()
+@click.option("--role", type=click.Choice(["auto", "controller", "node", "all"]), default="auto", show_default=True,
+              help="controller: EpilogSlurmctld, results, index; node: Prolog, Epilog, local spool; "
+                   "auto: all on a SlurmctldHost, else node.")
+@click.option("--srun", "use_srun", is_flag=True, help="Measure clock skew: run `date` on every idle node (a one-minute job).")
+@click.option("--since", default="7d", show_default=True, help="How far back hook failures are reported: 7d, 12h.")
+@click.option("--json", "as_json", is_flag=True, help="The checks as JSON.")
+def doctor(role: str, use_srun: bool, since: str, as_json: bool) -> None:
+    """Check this node's or controller's deployment, one line per check (ok, warn, FAIL with what
+    to do, skip): the config; Slurm reachable; Prolog, Epilog, EpilogSlurmctld and PrologFlags
+    in Slurm's config; each hook run with --check as the user Slurm runs it as (its interpreter
+    and config); spool, results and index owners and modes; munge; clock skew (--srun); hook
+    failures recorded recently.  Exit 1 when a check fails.  Run it as root."""
+    from slurm_attrib import doctor as checks_of
+    from slurm_attrib.fleet.report import parse_days
+
+    checks = checks_of.diagnose(role, use_srun, parse_days(since))
+    if as_json:
+        click.echo(json.dumps(checks_of.as_json(checks), indent=1))
+    else:
+        for check in checks:
+            click.echo(check.line())
+    if any(c.status == checks_of.FAIL for c in checks):
+        sys.exit(1)
+
+
 def register(main: click.Group) -> None:
-    for command in (show, report, drain, undrain, analyze_job, batch, metrics, webhooks, serve, connectors):
+    for command in (show, report, drain, undrain, analyze_job, batch, metrics, webhooks, serve, connectors, doctor):
         main.add_command(command)
