@@ -164,7 +164,10 @@ def _run_hook_check(ctx: Context, hook: str, path: str, user: pwd.struct_passwd)
     if user.pw_uid != os.geteuid():
         argv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", *argv]
     code, text = run(argv)
-    facts = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+    facts: dict[str, str] = {}
+    for line in text.splitlines():  # the wrapper's "interpreter X", "config X", then hookcheck's lines
+        key, _, value = line.partition(" ")
+        facts.setdefault(key, value)
     if code != 0:
         return Check(name, FAIL, f"{last_line(text)} (interpreter {facts.get('interpreter', '?')})",
                      f"make the interpreter and {facts.get('config', 'the config')} readable by {user.pw_name}, "

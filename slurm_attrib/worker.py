@@ -305,12 +305,12 @@ def main(argv: list[str] | None = None) -> int:
 
         log(f"job {job_id}: analysis failed: {type(exc).__name__}: {exc}")
         traceback.print_exc(file=sys.stderr)
-        _record_failure(config, job_id, f"analysis failed: {type(exc).__name__}: {exc}")
+        _record_failure(config, job_id, f"analysis failed: {type(exc).__name__}: {exc}", f"analysis failed: {type(exc).__name__}")
         return 1
     return 0
 
 
-def _record_failure(config, job_id: str, reason: str) -> None:
+def _record_failure(config, job_id: str, reason: str, public_reason: str) -> None:
     """<results>/<jobid>/status.json and <results>/hook-failures.log (slurm_attrib.store.status)."""
     from slurm_attrib.store import StoreError, _admin_gid
     from slurm_attrib.store.status import record_failure
@@ -320,7 +320,8 @@ def _record_failure(config, job_id: str, reason: str) -> None:
     except StoreError:
         gid = 0
     try:
-        record_failure(config.results, job_id, reason, _env_int(dict(os.environ), "SLURM_JOB_UID"), gid)
+        record_failure(config.results, job_id, reason, _env_int(dict(os.environ), "SLURM_JOB_UID"), gid,
+                       public_reason=public_reason)
     except (OSError, StoreError) as exc:
         log(f"job {job_id}: cannot record the failure in {config.results}: {exc}")
 

@@ -22,9 +22,11 @@ FAILURES_LOG = "hook-failures.log"
 
 
 def record_failure(results: str | Path, job_id: str, reason: str, uid: int | None, gid: int = 0,
-                   hook: str = "sattrib-worker") -> None:
-    """Write the job's status.json and append to hook-failures.log; raises OSError when the
-    results folder cannot be written."""
+                   hook: str = "sattrib-worker", public_reason: str = "") -> None:
+    """Write the job's status.json and append `reason` to hook-failures.log; raises OSError
+    when the results folder cannot be written.  status.json is given to the job's owner (mode
+    0640) when we are root; otherwise nobody could give it to them, so it is readable by all and
+    says only `public_reason`."""
     from slurm_attrib.store import _atomic_write, _check_job_id, _give
     from slurm_attrib.store.index import ensure_results_dir
 
@@ -41,9 +43,13 @@ def record_failure(results: str | Path, job_id: str, reason: str, uid: int | Non
             pass
         dir_fd = os.open(str(job_id), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root_fd)
         try:
-            _give(dir_fd, uid, gid, 0o750)
-            record = {"job_id": str(job_id), "status": "failed", "hook": hook, "time": stamp, "reason": reason}
+            given = _give(dir_fd, uid, gid, 0o750)
+            shown = reason if given else public_reason
+            record = {"job_id": str(job_id), "status": "failed", "hook": hook, "time": stamp, "reason": shown}
             _atomic_write(dir_fd, STATUS_NAME, (json.dumps(record) + "\n").encode("utf-8"), uid, gid)
+            if not given and not _exists(dir_fd, "diagnosis.json"):
+                os.fchmod(dir_fd, 0o755)
+                os.chmod(STATUS_NAME, 0o644, dir_fd=dir_fd)
         finally:
             os.close(dir_fd)
         line = f"{stamp} {hook} job {job_id} node {os.uname().nodename}: {reason}\n"
@@ -54,6 +60,14 @@ def record_failure(results: str | Path, job_id: str, reason: str, uid: int | Non
             os.close(log_fd)
     finally:
         os.close(root_fd)
+
+
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def read_status(job_dir: Path) -> dict | None:
