@@ -50,7 +50,7 @@ def test_what_a_deployment_gets_wrong_is_one_line_each_with_what_to_do(site):
     root, config = site
     (root / "spool").chmod(0o777)
     (root / "results").rmdir()
-    done = _sattrib(config, "doctor", "--role", "controller")
+    done = _sattrib(config, "doctor", "--role", "controller", "--since", "30d")
     lines = done.stdout.splitlines()
     assert done.returncode == 1
     spool = next(line for line in lines if line.startswith("FAIL  spool:"))
