@@ -3,7 +3,7 @@
 Registered on the CLI group by `register(main)` (see the end of slurm_attrib/cli.py).
 `show` imports neither pydantic nor the engine (except `--html`): it reads the stored files, so it is quick on a
 login node.  Exit codes of `show`: 0 ok, 3 not your job, 4 job unknown, 5 job still running,
-6 no diagnosis yet (analysis pending), 2 other errors.
+6 no diagnosis yet (analysis pending), 7 the analysis failed (ask an admin), 2 other errors.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import click
 
 from slurm_attrib.errors import SattribError
 
-NOT_YOURS, UNKNOWN, RUNNING, PENDING = 3, 4, 5, 6
+NOT_YOURS, UNKNOWN, RUNNING, PENDING, ANALYSIS_FAILED = 3, 4, 5, 6, 7
 
 
 def _config():
@@ -109,6 +109,7 @@ def show(job_id: str, fmt: str, as_json: bool, html_out: Path | None) -> None:
                 _fail(2, f"job {job_id}: the diagnosis was stored without per-user access (analysis did not run as root); ask an administrator")
             _fail(NOT_YOURS, f"job {job_id} is not your job (diagnosis not readable)")
         except FileNotFoundError:
+            _fail_if_analysis_failed(store, job_id)
             _fail(PENDING, f"job {job_id}: no diagnosis yet (analysis pending)")
         _print_diagnosis(text, fmt, html_out)
         return
@@ -119,7 +120,7 @@ def show(job_id: str, fmt: str, as_json: bool, html_out: Path | None) -> None:
     except PermissionError:
         _fail(NOT_YOURS, f"job {job_id}: its diagnosis is not readable by you (not your job, or stored without per-user access)")
     except FileNotFoundError:
-        pass
+        _fail_if_analysis_failed(store, job_id)
     else:
         _print_diagnosis(text, fmt, html_out)
         return
@@ -135,6 +136,19 @@ def show(job_id: str, fmt: str, as_json: bool, html_out: Path | None) -> None:
     if info.active:
         _fail(RUNNING, f"job {job_id} still running (state {info.state}): the diagnosis comes after it ends")
     _fail(PENDING, f"job {job_id} ended ({info.state}): no diagnosis yet (analysis pending)")
+
+
+def _fail_if_analysis_failed(store, job_id: str) -> None:
+    """Exit 7 when the job's analysis failed (its status.json: slurm_attrib.store.status)."""
+    from slurm_attrib.store.status import read_status
+
+    try:
+        status = read_status(store.job_dir(job_id))
+    except OSError:  # not readable by this user: not theirs to know
+        return
+    if status and status.get("status") == "failed":
+        reason = str(status.get("reason") or "").strip()
+        _fail(ANALYSIS_FAILED, f"job {job_id}: analysis failed{f' ({reason})' if reason else ''}; ask an administrator")
 
 
 def _print_diagnosis(text: str, fmt: str, html_out: Path | None) -> None:
@@ -530,6 +544,32 @@ def connectors(nodes: tuple[str, ...], since: str) -> None:
         sys.exit(1)
 
 
+@click.command()
+@click.option("--role", type=click.Choice(["auto", "controller", "node", "all"]), default="auto", show_default=True,
+              help="controller: EpilogSlurmctld, results, index; node: Prolog, Epilog, local spool; "
+                   "auto: all on a SlurmctldHost, else node.")
+@click.option("--srun", "use_srun", is_flag=True, help="Measure clock skew: run `date` on every idle node (a one-minute job).")
+@click.option("--since", default="7d", show_default=True, help="How far back hook failures are reported: 7d, 12h.")
+@click.option("--json", "as_json", is_flag=True, help="The checks as JSON.")
+def doctor(role: str, use_srun: bool, since: str, as_json: bool) -> None:
+    """Check this node's or controller's deployment, one line per check (ok, warn, FAIL with what
+    to do, skip): the config; Slurm reachable; Prolog, Epilog, EpilogSlurmctld and PrologFlags
+    in Slurm's config; each hook run with --check as the user Slurm runs it as (its interpreter
+    and config); spool, results and index owners and modes; munge; clock skew (--srun); hook
+    failures recorded recently.  Exit 1 when a check fails.  Run it as root."""
+    from slurm_attrib import doctor as checks_of
+    from slurm_attrib.fleet.report import parse_days
+
+    checks = checks_of.diagnose(role, use_srun, parse_days(since))
+    if as_json:
+        click.echo(json.dumps(checks_of.as_json(checks), indent=1))
+    else:
+        for check in checks:
+            click.echo(check.line())
+    if any(c.status == checks_of.FAIL for c in checks):
+        sys.exit(1)
+
+
 def register(main: click.Group) -> None:
-    for command in (show, jobs, report, drain, undrain, analyze_job, batch, metrics, webhooks, serve, connectors):
+    for command in (show, jobs, report, drain, undrain, analyze_job, batch, metrics, webhooks, serve, connectors, doctor):
         main.add_command(command)

@@ -1,8 +1,8 @@
 """Site configuration: /etc/sattrib/config.yaml, or the file named by $SATTRIB_CONFIG.
 
 Read by the epilog's hot path too, so this module uses only the standard library and PyYAML
-(no pydantic).  Unknown keys are an error naming the file and the key; a missing file means
-the defaults below.
+(no pydantic).  Unknown keys are an error naming the file and the key; a missing
+/etc/sattrib/config.yaml means the defaults below, a missing $SATTRIB_CONFIG is an error.
 """
 
 from __future__ import annotations
@@ -196,10 +196,16 @@ def config_path() -> Path:
 
 
 def load_config(path: Path | None = None) -> Config:
+    """The site config; the defaults when /etc/sattrib/config.yaml does not exist.  A file named
+    by $SATTRIB_CONFIG (or `path`) that does not exist is an error: a typo there must not turn
+    into the default spool and results."""
+    named = path is not None or bool(os.environ.get(ENV_VAR))
     path = path or config_path()
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        if named:
+            raise ConfigError(f"{path}: no such config file") from None
         return Config()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None

@@ -300,13 +300,30 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         analyse_job(job_id, config, deadline=args.deadline)
-    except Exception as exc:  # noqa: BLE001 - the worker's log is the only place to tell
+    except Exception as exc:  # noqa: BLE001 - told in the worker's log and the job's status file
         import traceback
 
         log(f"job {job_id}: analysis failed: {type(exc).__name__}: {exc}")
         traceback.print_exc(file=sys.stderr)
+        _record_failure(config, job_id, f"analysis failed: {type(exc).__name__}: {exc}", f"analysis failed: {type(exc).__name__}")
         return 1
     return 0
+
+
+def _record_failure(config, job_id: str, reason: str, public_reason: str) -> None:
+    """<results>/<jobid>/status.json and <results>/hook-failures.log (slurm_attrib.store.status)."""
+    from slurm_attrib.store import StoreError, _admin_gid
+    from slurm_attrib.store.status import record_failure
+
+    try:
+        gid = _admin_gid(config.admin_group)
+    except StoreError:
+        gid = 0
+    try:
+        record_failure(config.results, job_id, reason, _env_int(dict(os.environ), "SLURM_JOB_UID"), gid,
+                       public_reason=public_reason)
+    except (OSError, StoreError) as exc:
+        log(f"job {job_id}: cannot record the failure in {config.results}: {exc}")
 
 
 if __name__ == "__main__":

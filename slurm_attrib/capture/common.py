@@ -431,9 +431,9 @@ def _restrict(fd: int, st: os.stat_result, gid: int, mode: int) -> None:
 # --------------------------------------------------------------------------- spool writes
 
 
-def _open_subdir(parent_fd: int, name: str, create: bool, access: SpoolAccess) -> int:
+def _open_subdir(parent_fd: int, name: str, create: bool, access: SpoolAccess, hand_over: bool = False) -> int:
     """Open (optionally create) a real subdirectory owned by us or SlurmUser, never following a
-    symlink, and give it the spool's group and mode."""
+    symlink, and give it the spool's group and mode; with `hand_over`, SlurmUser gets it."""
     if create:
         try:
             os.mkdir(name, SPOOL_DIR_MODE, dir_fd=parent_fd)
@@ -448,6 +448,11 @@ def _open_subdir(parent_fd: int, name: str, create: bool, access: SpoolAccess) -
         os.close(fd)
         raise CaptureError(f"{name} is owned by uid {st.st_uid}, neither by us nor by SlurmUser {access.user}")
     _restrict(fd, st, access.gid, SPOOL_DIR_MODE)
+    if hand_over and st.st_uid != access.uid:
+        try:
+            os.fchown(fd, access.uid, -1)
+        except PermissionError:  # not root, or root squashed on the shared filesystem
+            pass
     return fd
 
 
@@ -462,7 +467,9 @@ def atomic_write(
     """Write <root>/<subdirs...>/<filename> atomically: temp file in the same directory, fsync,
     rename, fsync the directory.  Subdirectories are created, and must be real directories
     (O_NOFOLLOW) owned by us or SlurmUser; folders get mode 0750 and files 0640, both with
-    SlurmUser's group.  The temp name starts with '.' and never ends in .json.gz.  Returns the path."""
+    SlurmUser's group.  A job's folder (subdirs [jobid, "nodes"]) is given to SlurmUser, so that the
+    controller's worker, which runs as SlurmUser, can add the job record (job.json) next to the
+    bundles.  The temp name starts with '.' and never ends in .json.gz.  Returns the path."""
     for part in [*subdirs, filename]:
         if not part or "/" in part or part in (".", ".."):
             raise CaptureError(f"invalid path component {part!r}")
@@ -470,8 +477,9 @@ def atomic_write(
         os.makedirs(root, SPOOL_DIR_MODE, exist_ok=True)
     fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)]
     try:
-        for part in subdirs:
-            fds.append(_open_subdir(fds[-1], part, create=True, access=access))
+        job_folder = len(subdirs) == 2 and subdirs[1] == "nodes"
+        for depth, part in enumerate(subdirs):
+            fds.append(_open_subdir(fds[-1], part, create=True, access=access, hand_over=job_folder and depth == 0))
         atomic.write_in_dir(
             fds[-1], filename, data, mode=0o600,
             prepare=lambda fd: _restrict(fd, os.fstat(fd), access.gid, SPOOL_FILE_MODE),

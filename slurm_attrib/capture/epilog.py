@@ -98,12 +98,11 @@ class Epilog:
 
         try:
             self.config = load_config()
-        except ConfigError as exc:
-            self.config = Config()
-            self.error(f"config: {exc}; using defaults")
         except Exception as exc:  # noqa: BLE001 - never let config break capture
             self.config = Config()
-            self.error(f"config: {type(exc).__name__}: {exc}; using defaults")
+            message = f"config: {exc if isinstance(exc, ConfigError) else f'{type(exc).__name__}: {exc}'}; using defaults"
+            self.error(message)
+            print(message, file=sys.stderr)  # the wrapper records it where `sattrib doctor` looks
         cfg = self.config
         self.access, problem = spool_access(str(cfg.slurm_user or ""), self.env)
         if problem:

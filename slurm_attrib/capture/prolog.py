@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 
@@ -52,6 +53,7 @@ def run(env: dict) -> dict:
     except Exception as exc:  # noqa: BLE001
         cfg = Config()
         errors.append(f"config: {exc}; using defaults")
+        print(errors[-1], file=sys.stderr)  # the wrapper records it where `sattrib doctor` looks
     job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
     node = node_name(env)
     if not valid_job_id(job_id) or not valid_node(node):

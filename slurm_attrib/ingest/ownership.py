@@ -3,8 +3,9 @@
 A folder handed to `sattrib analyze` or `sattrib batch` may have been made by a user (a copy of
 "their" node logs, a job's output directory).  Its files count as what their kind says (a kernel
 log as the kernel's) only when the file and every folder from the evidence root down to it are
-owned by root or by whoever runs the analysis, and nobody else may write them.  Anything else,
-however it looks, is a user's claim.
+owned by root, by SlurmUser (the epilog gives it each job's spool folder, where the controller's
+worker adds job.json) or by whoever runs the analysis, and nobody else may write them.  Anything
+else, however it looks, is a user's claim.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class OwnerCheck:
     def __init__(self, root: Path, enabled: bool = True):
         self.root = Path(root)
         self.enabled = enabled
-        self.owners = {0, os.geteuid()}
+        self.owners = {0, os.geteuid(), slurm_user_uid()}
         self._folders: dict[Path, bool] = {}
 
     def _owned(self, path: Path) -> bool:
@@ -53,3 +54,15 @@ class OwnerCheck:
         """The operator (root or the analysing user) alone could have written `path`."""
         path = self.root / path
         return self.enabled and self._folder(path.parent) and self._owned(path)
+
+
+def slurm_user_uid() -> int:
+    """SlurmUser's uid: `slurm_user` of the config, else SlurmUser= of slurm.conf, else root."""
+    from slurm_attrib.capture.common import spool_access
+    from slurm_attrib.config import load_config
+
+    try:
+        name = load_config().slurm_user
+    except Exception:  # noqa: BLE001 - an unusable config is told by whoever loads it for its own use
+        name = ""
+    return spool_access(str(name or ""), dict(os.environ))[0].uid

@@ -29,6 +29,7 @@ from slurm_attrib.config import index_url_problem
 from slurm_attrib.engine.timefmt import unix
 from slurm_attrib.store.index import Index, JobFilter, Row, StoreError, ensure_results_dir
 from slurm_attrib.store.sqlite import INDEX, SqliteIndex
+from slurm_attrib.store.status import clear_status
 
 __all__ = [
     "APPLIED", "FAILED", "INDEX", "JSON_NAME", "KEPT", "RECOMMENDED", "SKIPPED", "TEXT_NAME",
@@ -149,6 +150,7 @@ class Store:
             payload = json.dumps(diagnosis.model_dump(mode="json"), indent=2) + "\n"
             for name, content in ((JSON_NAME, payload), (TEXT_NAME, text)):
                 owner_ok = _atomic_write(dir_fd, name, content.encode("utf-8"), uid, gid) and owner_ok
+            clear_status(dir_fd)
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)

@@ -209,11 +209,14 @@ def test_invalid_job_id_writes_nothing(node):
 
 
 def test_broken_config_still_exits_zero(node, tmp_path):
+    """...and says so in the local spool's hook-failures.log (the wrapper reads local_spool's line)."""
     bad = tmp_path / "bad.yaml"
-    bad.write_text("spool: [unclosed\n")
+    bad.write_text(f"local_spool: {node.local}\nspool: [unclosed\n")
+    node.local.mkdir(mode=0o750)
     env = {**node.env, "SATTRIB_CONFIG": str(bad)}
     done = subprocess.run([str(EPILOG)], env=env, timeout=30, capture_output=True)
     assert done.returncode == 0
+    assert f"config: {bad}: not valid YAML" in (node.local / "hook-failures.log").read_text()
 
 
 def test_broken_interpreter_still_exits_zero(node):

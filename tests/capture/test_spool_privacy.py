@@ -6,18 +6,20 @@ filesystem is a real one: an ext4 image on a loop device, frozen with fsfreeze."
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import source_of
+from conftest import REPO, source_of
 
 BOUND = 4  # epilog_timeout in the test config
 SLACK = 1.5
@@ -65,11 +67,40 @@ def test_bundle_readable_by_slurm_user_only(node, open_dir):
     rc, _ = node.run()
     assert rc == 0
     bundle = Path(node.config["spool"]) / "4242" / "nodes" / "gpu01.json.gz"
-    for path, mode in ((bundle, 0o640), (bundle.parent, 0o750), (bundle.parent.parent, 0o750)):
+    job_folder = bundle.parent.parent
+    for path, mode, owner in ((bundle, 0o640, 0), (bundle.parent, 0o750, 0), (job_folder, 0o750, slurm.pw_uid)):
         st = path.stat()
-        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (mode, 0, slurm.pw_gid), path
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (mode, owner, slurm.pw_gid), path
     assert _can_read(slurm.pw_name, bundle)  # the controller's worker
     assert not _can_read(other.pw_name, bundle)  # any other user
+
+
+@as_root
+def test_the_worker_as_slurm_user_adds_job_json_to_the_folder_the_epilog_made(node, open_dir):
+    """The epilog (root) makes <spool>/<jobid> and gives it to SlurmUser: the worker, which runs as
+    SlurmUser, writes the job record there; root's re-analysis still reads the bundles as the kernel's."""
+    slurm = _user("slurm")
+    node.config["spool"] = str(open_dir / "spool")
+    (open_dir / "spool").mkdir(mode=0o755)
+    node.config["slurm_user"] = slurm.pw_name
+    _kernel_source(node)
+    assert node.run()[0] == 0
+    job_folder = Path(node.config["spool"]) / "4242"
+    code = ("import sys; from pathlib import Path; from slurm_attrib.slurm import JobInfo; from slurm_attrib.worker import _write_job_json; "
+            "_write_job_json(Path(sys.argv[1]), JobInfo(job_id='4242', user='alice', uid=1000, state='FAILED', "
+            "exit_code='1:0', start=None, end=None, nodes=('gpu01',)))")
+    done = subprocess.run(["setpriv", f"--reuid={slurm.pw_uid}", f"--regid={slurm.pw_gid}", "--init-groups",
+                           sys.executable, "-c", code, str(job_folder)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, cwd="/")
+    assert done.returncode == 0 and "cannot write" not in done.stderr, done.stderr
+    assert json.loads((job_folder / "job.json").read_text())["state"] == "FAILED"
+    analysed = subprocess.run([sys.executable, "-m", "slurm_attrib", "analyze", str(job_folder)], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "SATTRIB_CONFIG": str(node.write_config()),
+                                                           "PYTHONPATH": str(REPO)})
+    diagnosis = json.loads(analysed.stdout)
+    assert (diagnosis["category"], diagnosis["culprit_nodes"], diagnosis["outcome"]["state"]) == (
+        "gpu_fell_off_bus", ["gpu01"], "FAILED"), analysed.stderr
+    assert diagnosis["drain"], "the bundle in SlurmUser's job folder is still the kernel's evidence"
 
 
 @as_root
