@@ -77,19 +77,21 @@ KIND_OF = {"first_cause": "cause", "first_symptom": "symptom", "last_event": "la
 def timeline_view(d: Diagnosis) -> dict | None:
     """The cross-node timeline as drawing instructions: one lane per node (culprits first, then by
     first event; beyond MAX_LANES the rest share one lane), each timed line a mark at its time, the
-    job's window as a band.  None when no line has a time."""
+    job's window as a band.  The axis spans the failure's interval (the job's window and the cause):
+    lines outside it are folded onto its edge, so minutes of context do not squeeze a short job.
+    None when no line has a time."""
     marks = _timeline_marks(d)
-    times = [m["t"] for m in marks] + [t for t in (unix(d.outcome.start), unix(d.outcome.end)) if t is not None]
     if not marks:
         return None
-    t0, t1 = min(times), max(times)
+    t0, t1 = _axis_interval(d, marks)
     span = max(t1 - t0, 1.0)
     t0, t1 = t0 - span * 0.03, t1 + span * 0.03
-    x = lambda t: round(PLOT_LEFT + (t - t0) / (t1 - t0) * PLOT_WIDTH, 1)  # noqa: E731
+    x = lambda t: round(PLOT_LEFT + (min(max(t, t0), t1) - t0) / (t1 - t0) * PLOT_WIDTH, 1)  # noqa: E731
     lanes = _lanes(d, marks)
     for index, lane in enumerate(lanes):
         lane["y"] = 30 + index * LANE_HEIGHT
-        lane["marks"] = [{**m, "x": x(m["t"]), "clock": _clock(m["time"])} for m in lane["marks"]]
+        lane["marks"] = [{**m, "x": x(m["t"]), "clock": _clock(m["time"]), "folded": _folded(m["t"], t0, t1)}
+                         for m in sorted(lane["marks"], key=lambda m: (m["kind"] == "cause", m["t"]))]  # the cause on top
     start, end = unix(d.outcome.start), unix(d.outcome.end)
     return {
         "width": PLOT_LEFT + PLOT_WIDTH + 40,
@@ -103,18 +105,49 @@ def timeline_view(d: Diagnosis) -> dict | None:
     }
 
 
+def _axis_interval(d: Diagnosis, marks: list[dict]) -> tuple[float, float]:
+    """The job's window widened to the cause's time (a fault just before the job started); every
+    mark's time when the window is not known."""
+    start, end = unix(d.outcome.start), unix(d.outcome.end)
+    if start is None or end is None or end < start:
+        times = [m["t"] for m in marks] + [t for t in (start, end) if t is not None]
+        return min(times), max(times)
+    causes = [m["t"] for m in marks if m["kind"] == "cause"]
+    return min([start, *causes]), max([end, *causes])
+
+
+def _folded(t: float, t0: float, t1: float) -> str | None:
+    return "before" if t < t0 else "after" if t > t1 else None
+
+
+# A Slurm banner names its node: `*** STEP 12.0 ON gpu01 CANCELLED AT ... ***`
+SLURM_BANNER_NODE = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON (\S+) ")
+
+
+def _mark_node(d: Diagnosis, node: str | None, text: str) -> str | None:
+    """The node a line is about: the one a Slurm banner names when it is one of the job's nodes,
+    else the node the evidence gives it."""
+    named = SLURM_BANNER_NODE.search(text)
+    if named and named.group(1) in d.outcome.nodes:
+        return named.group(1)
+    return node
+
+
 def _timeline_marks(d: Diagnosis) -> list[dict]:
     seen: set[tuple] = set()
     marks = []
+    evidence_node = {(line.source, line.line): line.node for line in d.evidence}
     for entry in d.timeline:
-        if entry.time and entry.node:
+        node = _mark_node(d, evidence_node.get((entry.source, entry.line), entry.node), entry.text)
+        if entry.time and node:
             seen.add((entry.source, entry.line))
-            marks.append({"t": unix(entry.time), "time": entry.time, "node": entry.node, "kind": KIND_OF[entry.what],
+            marks.append({"t": unix(entry.time), "time": entry.time, "node": node, "kind": KIND_OF[entry.what],
                           "text": entry.text, "where": f"{entry.source}:{entry.line}"})
     for line in d.evidence:
-        if line.time and line.node and (line.source, line.line) not in seen:
+        node = _mark_node(d, line.node, line.text)
+        if line.time and node and (line.source, line.line) not in seen:
             seen.add((line.source, line.line))
-            marks.append({"t": unix(line.time), "time": line.time, "node": line.node, "kind": line.role,
+            marks.append({"t": unix(line.time), "time": line.time, "node": node, "kind": line.role,
                           "text": line.text, "where": f"{line.source}:{line.line}"})
     return sorted(marks, key=lambda m: (m["t"], m["node"]))
 
