@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import jinja2
@@ -176,12 +176,25 @@ DOMAIN_COLOURS = {"gpu": "#c0392b", "network": "#2980b9", "host": "#8e44ad", "st
                   "application": "#e67e22", "scheduler": "#7f8c8d", "unknown": "#34495e"}
 
 
-def failures_chart(per_day: dict[str, dict[str, int]], height: int = 120, bar: int = 18) -> dict:
-    """Failures per day as stacked bars (one colour per domain): drawing instructions for SVG."""
-    days = sorted(per_day)
+CHART_WIDTH = 760
+MAX_DAY_LABELS = 31
+
+
+def failures_chart(per_day: dict[str, dict[str, int]], now: float, since_days: float, height: int = 120) -> dict:
+    """Failures per day as stacked bars (one colour per domain) over a day axis spanning the report's
+    window, a labelled tick per day (every few days beyond a month): drawing instructions for SVG."""
+    first = datetime.fromtimestamp(now - since_days * 86400, UTC).date()
+    last = datetime.fromtimestamp(now, UTC).date()
+    axis = [(first + timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
+    slot = CHART_WIDTH / len(axis)
+    bar = max(1.0, round(slot * 0.7, 1))
+    every = -(-len(axis) // MAX_DAY_LABELS)
     top = max([sum(c.values()) for c in per_day.values()] + [1])
+    x = lambda index: round(40 + index * slot + (slot - bar) / 2, 1)  # noqa: E731
     bars = []
-    for index, day in enumerate(days):
+    for index, day in enumerate(axis):
+        if not per_day.get(day):
+            continue
         y = height
         segments = []
         for domain, count in sorted(per_day[day].items()):
@@ -189,9 +202,11 @@ def failures_chart(per_day: dict[str, dict[str, int]], height: int = 120, bar: i
             y -= h
             segments.append({"domain": domain, "count": count, "y": round(y, 1), "h": h,
                              "colour": DOMAIN_COLOURS.get(domain, "#95a5a6")})
-        bars.append({"day": day, "x": 40 + index * (bar + 6), "segments": segments, "total": sum(per_day[day].values())})
-    return {"width": 60 + len(days) * (bar + 6), "height": height + 30, "base": height, "bar": bar, "bars": bars,
-            "top": top, "legend": [(d, c) for d, c in DOMAIN_COLOURS.items() if any(d in per_day[x] for x in days)]}
+        bars.append({"day": day, "x": x(index), "segments": segments, "total": sum(per_day[day].values())})
+    ticks = [{"day": day, "x": round(x(index) + bar / 2, 1), "label": day[5:] if index == 0 or day.endswith("-01") else day[8:]}
+             for index, day in enumerate(axis) if index % every == 0]
+    return {"width": 60 + CHART_WIDTH, "height": height + 30, "base": height, "bar": bar, "bars": bars, "ticks": ticks,
+            "top": top, "legend": [(d, c) for d, c in DOMAIN_COLOURS.items() if any(d in per_day[x] for x in per_day)]}
 
 
 def render_page(name: str, template_dirs: list[Path] | None = None, **values) -> str:

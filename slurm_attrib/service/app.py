@@ -25,10 +25,12 @@ import socket
 import stat
 import time
 from collections import Counter
+from http import HTTPStatus
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from slurm_attrib import __version__
@@ -157,8 +159,9 @@ def create_app(config, over_socket: bool = False) -> FastAPI:
         from slurm_attrib.fleet.report import fleet_report, parse_days
         from slurm_attrib.render import failures_chart, render_page
 
-        data = fleet_report(store, config, time.time(), parse_days(since))
-        return render_page("fleet.html.j2", templates, r=data, chart=failures_chart(data["per_day"]))
+        now, days = time.time(), parse_days(since)
+        data = fleet_report(store, config, now, days)
+        return render_page("fleet.html.j2", templates, r=data, chart=failures_chart(data["per_day"], now, days))
 
     @app.get("/nodes/{node}", response_class=HTMLResponse, include_in_schema=False)
     def node_page(node: str, who: Caller = Depends(admin)) -> str:
@@ -185,10 +188,26 @@ def create_app(config, over_socket: bool = False) -> FastAPI:
         return render_html(diagnosis_of(job_id, who), templates)
 
     @app.exception_handler(SattribError)
-    def sattrib_error(request: Request, exc: SattribError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc).splitlines()[0]}, status_code=400)
+    def sattrib_error(request: Request, exc: SattribError) -> Response:
+        return _error_response(request, 400, str(exc).splitlines()[0], None, templates)
+
+    @app.exception_handler(StarletteHTTPException)
+    def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return _error_response(request, exc.status_code, exc.detail, exc.headers, templates)
 
     return app
+
+
+def _error_response(request: Request, status: int, detail, headers: dict | None, templates: list[Path]) -> Response:
+    """JSON for API clients; a small page for a browser (it asks for text/html and not for JSON)."""
+    accept = request.headers.get("accept", "")
+    if "text/html" not in accept or "application/json" in accept:
+        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+    from slurm_attrib.render import render_page
+
+    title = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+    page = render_page("error.html.j2", templates, status=status, title=title, detail=detail)
+    return HTMLResponse(page, status_code=status, headers=headers)
 
 
 def _summary(row: Row) -> dict:
