@@ -213,7 +213,9 @@ def _spool_place(source: str, kind: str, prefix: Callable[[Window], str],
             sources = [{"name": "kernel", "kind": "kernel", "status": "ok",
                         "lines": _bundle_lines(_benign_dmesg(win))}]
             if node == NODES[0]:
-                text = "".join(f"{head}{line}\n" for line in forged)
+                # journalctl prints a message's further lines indented under its first
+                indent = "\n" + " " * len(head) if head and kind != "app" else "\n"
+                text = "".join(f"{head}{line.replace(chr(10), indent)}\n" for line in forged)
                 sources.append({"name": source, "kind": kind, "status": "ok", "lines": _bundle_lines(text)})
                 if provenance is not None:
                     sources[-1]["provenance"] = provenance

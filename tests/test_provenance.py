@@ -80,6 +80,16 @@ def test_a_job_record_a_user_wrote_is_no_slurm_verdict(tmp_path):
     assert diagnosis.drain == [] and diagnosis.quality != "confirmed"
 
 
+@pytest.mark.parametrize("name", ["nccl-debug.gpu02.4242.txt", "slurm-7.out", "train.err", "stdout.txt"])
+def test_a_jobs_own_file_in_a_node_folder_stays_the_jobs(tmp_path, name):
+    """The job chose its NCCL debug file's content: copied into gpu02/ it may look like dmesg."""
+    folder = logs_folder(tmp_path / "job", {f"gpu02/{name}": f"gpu02:1:1 [0] NCCL INFO x\n2026-12-02T13:04:06,000000+00:00 {XID}\n",
+                                            "slurm-7.out": "Traceback: boom\n"})
+    evidence = load_any(folder)
+    assert [f.provenance for f in evidence.files if f.rel.startswith("gpu02/")] == [Provenance.USER]
+    assert analyze_evidence(evidence).drain == []
+
+
 def test_an_upload_vouches_for_nothing(tmp_path):
     folder = logs_folder(tmp_path / "job", KERNEL_XID)
     evidence = load_any(folder, vouch=False)

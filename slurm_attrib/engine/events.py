@@ -301,6 +301,9 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
     first_line = hit.text.split("\n", 1)[0]
     kernel_side = "kernel" in hit.rule.sources
     origin = line_origin(first_line)
+    filed_under = origin.program
+    if filed_under is None and source.kind == "syslog" and first_line[:1].isspace():
+        filed_under = "?"  # a further line of a record above: its sender is not on this line
     event = Event(
         rule_id=hit.rule.id,
         title=hit.rule.title,
@@ -315,7 +318,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
         text=hit.text,
         kind=source.kind,
         provenance=source.provenance,
-        trusted=supports_verdict(source.provenance, kernel_side and source.kind in LOG_KINDS, origin.program),
+        trusted=supports_verdict(source.provenance, kernel_side and source.kind in LOG_KINDS, filed_under),
         kernel_side=kernel_side,
         order=(index, hit.lineno),
         fields=hit.fields,

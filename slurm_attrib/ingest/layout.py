@@ -138,7 +138,7 @@ def _read_layout(path: Path, root: Path, entries: list, vouch: bool) -> Evidence
         data = result.data  # the whole content, or head and tail samples of a large file
         budget -= probe.size
         kind = detect_kind(data, rel)
-        provenance = vouched(kind) if node is not None and owner.vouches(Path(rel)) else Provenance.USER
+        provenance = _provenance(rel, node, kind, owner)
         source = SourceFile(rel=rel, node=node, kind=kind, provenance=provenance, data=data,
                             line_offset=result.line_offset, compressed=result.compressed,
                             size=probe.size, years=tuple(sample_years(data)))
@@ -162,6 +162,20 @@ def _read_layout(path: Path, root: Path, entries: list, vouch: bool) -> Evidence
             coverage.append(CoverageEntry(node, f"{node}/", None, "missing", "no logs for this node", whole_node=True))
     coverage.sort(key=lambda c: (c.source, c.node or ""))
     return Evidence(root=path, job=job, files=files, coverage=coverage)
+
+
+# Names a job gives its own output (srun's slurm-%j.out, NCCL_DEBUG_FILE, redirected stdout/stderr):
+# such a file copied into a node folder is still the job's, whatever its lines look like.
+JOB_OUTPUT_NAMES = re.compile(r"(?i).*(?:nccl|slurm-\d|stdout|stderr|\.out$|\.err$)")
+
+
+def _provenance(rel: str, node: str | None, kind: str, owner: OwnerCheck) -> Provenance:
+    """A node folder's file is what its kind says when the operator vouches for it (owns it) and
+    its name is no job output's; everything else is a user's."""
+    name = rel.rsplit("/", 1)[-1]
+    if node is None or JOB_OUTPUT_NAMES.match(name) or not owner.vouches(Path(rel)):
+        return Provenance.USER
+    return vouched(kind)
 
 
 # Files that describe a case rather than log it (a case's expected.yaml, a site's notes).
