@@ -71,9 +71,14 @@ def _emit(text: str, output: Path | None) -> None:
     temporary.replace(output)
 
 
+def render_json(diagnosis) -> str:
+    """The diagnosis as `sattrib analyze` prints it (the case tests dump theirs the same way)."""
+    return json.dumps(diagnosis.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
+
+
 def _render(diagnosis, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(diagnosis.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
+        return render_json(diagnosis)
     if fmt == "html":
         from slurm_attrib.render import render_html
 

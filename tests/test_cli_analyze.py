@@ -5,7 +5,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from support import require_corpus, sattrib_argv
+from support import CORPUS, sattrib_argv
 
 CONTRACT_KEYS = {"domain", "category", "culprit_nodes", "quality", "drain", "evidence", "summary"}
 
@@ -100,15 +100,13 @@ def test_empty_directory_is_a_diagnosis(tmp_path):
 
 
 def test_json_is_byte_identical_across_runs():
-    corpus_dir = require_corpus()
-    case = sorted(corpus_dir.iterdir())[0]
+    case = sorted(CORPUS.iterdir())[0]
     first, second = run("analyze", str(case)), run("analyze", str(case))
     assert first.returncode == 0 and first.stdout == second.stdout
 
 
 def test_output_file_and_text_format(tmp_path):
-    corpus_dir = require_corpus()
-    case = next(p for p in sorted(corpus_dir.iterdir()) if "xid79" in p.name)
+    case = next(p for p in sorted(CORPUS.iterdir()) if "xid79" in p.name)
     output = tmp_path / "d.txt"
     result = run("analyze", str(case), "--format", "text", "--output", str(output))
     assert result.returncode == 0 and result.stdout == ""

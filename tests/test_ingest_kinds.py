@@ -4,7 +4,7 @@ import pytest
 
 from slurm_attrib.ingest.kinds import detect_kind, name_hint
 
-CORPUS = Path("/work/shared/corpus/dev")
+CORPUS = Path(__file__).resolve().parent / "data" / "dev_corpus"
 
 DMESG = b"""[    0.000000] Linux version 5.15.0-91-generic
 [    1.234567] pci 0000:17:00.0: [10de:2330] type 00 class 0x030200

@@ -10,7 +10,7 @@ from slurm_attrib.errors import InputError
 from slurm_attrib.ingest import layout, readers
 from slurm_attrib.ingest.layout import expand_hostlist, load_evidence
 
-CORPUS = Path("/work/shared/corpus/dev")
+CORPUS = Path(__file__).resolve().parent / "data" / "dev_corpus"
 DMESG = b"[12345.678901] NVRM: Xid (PCI:0000:17:00): 79, GPU has fallen off the bus.\n"
 SYSLOG = b"Dec  2 13:04:06 gpu01 systemd[1]: Started x.\nDec  2 13:04:07 gpu01 slurmd[3]: error: y\n"
 APP = b"[rank3]: Traceback (most recent call last):\n[rank3]: RuntimeError: boom\n"

@@ -29,7 +29,7 @@ from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, SOURCE_KINDS
 
 RULES = load_rules()
 PROPER = [r for r in RULES if not r.event.fallback]  # what the first pass reads (fallback rules: second look only)
-CORPUS = Path(__file__).parents[1].parent / "shared" / "corpus" / "dev"
+CORPUS = Path(__file__).resolve().parent / "data" / "dev_corpus"
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
