@@ -6,6 +6,9 @@ A job submitted by the unprivileged test user is analysed on the real test clust
 user's `sattrib show JOBID` prints the diagnosis and another unprivileged user's does not.  A
 failed analysis's status.json, written by the worker as slurm, is the owner's the same way.
 
+Config lookup: the node Prolog/Epilog are written by `sattrib install-hooks` and find the config
+in the `sattrib-config` file next to them; EpilogSlurmctld gets `$SATTRIB_CONFIG` from a wrapper.
+
 The worker must run as slurm, which cannot enter the project venv's interpreter when it lives
 under /root: the hook then runs the system's python3 with the venv's site-packages, when both are
 the same Python version (the extension modules must load); otherwise the module is skipped."""
@@ -58,9 +61,16 @@ def _workdir() -> Path:
     config = {"spool": str(d / "spool"), "local_spool": str(d / "local"), "results": str(d / "results"),
               "analysis_deadline": 5, "late_bundle_wait": 0, "epilog_timeout": 8, "index_visibility": "own", "sources": off}
     (d / "config.yaml").write_text(json.dumps(config, indent=1))
+    # The node hooks as the README installs them, finding the config in `sattrib-config` next to
+    # them; this checkout's package beside their folder, as in a source checkout.
+    (d / "slurm_attrib").symlink_to(REPO / "slurm_attrib")
+    subprocess.run([sys.executable, "-m", "slurm_attrib", "install-hooks", str(d / "etc")], check=True,
+                   env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True)
+    (d / "etc").chmod(0o755)
+    (d / "etc" / "sattrib-config").write_text(f"{d / 'config.yaml'}\n")
+    # EpilogSlurmctld through $SATTRIB_CONFIG, set by a wrapper with a Python slurm can run.
     ctld_python, ctld_path = _runnable_python("slurm")
-    for name, python, path in (("sattrib-prolog", sys.executable, ""), ("sattrib-epilog", sys.executable, ""),
-                               ("sattrib-epilog-ctld", ctld_python, ctld_path)):
+    for name, python, path in (("sattrib-epilog-ctld", ctld_python, ctld_path),):
         wrapper = d / "bin" / name
         wrapper.write_text("#!/bin/sh\n"
                            f"SATTRIB_CONFIG={d / 'config.yaml'}; SATTRIB_PYTHON={python}; PYTHONPATH={path}\n"
@@ -75,7 +85,7 @@ def _workdir() -> Path:
 @pytest.fixture(scope="module")
 def slurm_cluster_config():
     d = _workdir()
-    return {"prolog": d / "bin" / "sattrib-prolog", "epilog": d / "bin" / "sattrib-epilog",
+    return {"prolog": d / "etc" / "sattrib-prolog", "epilog": d / "etc" / "sattrib-epilog",
             "epilog_ctld": d / "bin" / "sattrib-epilog-ctld", "extra_env": {"SATTRIB_SLURM_USER": "slurm"}}
 
 
@@ -113,6 +123,7 @@ def test_the_owner_reads_the_diagnosis_another_user_does_not(site):
     assert cluster.wait_job(job) == "FAILED"
     folder = d / "results" / str(job)
     _wait_for(folder / "diagnosis.txt")
+    assert list((d / "spool" / str(job)).iterdir()), "the node epilog did not find its sattrib-config"
     slurm = pwd.getpwnam("slurm").pw_uid
     for path, mode in ((folder, 0o750), (folder / "diagnosis.txt", 0o640), (folder / "diagnosis.json", 0o640)):
         info = path.stat()
