@@ -106,7 +106,7 @@ def show(job_id: str, fmt: str, as_json: bool, html_out: Path | None) -> None:
             text = store.read(job_id, name)
         except PermissionError:
             if row.uid == me and not row.owner_ok:
-                _fail(2, f"job {job_id}: the diagnosis was stored without per-user access (analysis did not run as root); ask an administrator")
+                _fail(2, f"job {job_id}: the diagnosis was stored without per-user access (the results filesystem takes no POSIX ACLs and the analysis did not run as root); ask an administrator")
             _fail(NOT_YOURS, f"job {job_id} is not your job (diagnosis not readable)")
         except FileNotFoundError:
             _fail_if_analysis_failed(store, job_id)

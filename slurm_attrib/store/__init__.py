@@ -8,7 +8,8 @@ files are created with O_EXCL|O_NOFOLLOW and fchown'ed, so a user who owns their
 cannot redirect root's writes with symlinks.
 
 When the writer is not root (e.g. EpilogSlurmctld running as SlurmUser), files cannot be given
-to the job's uid: they stay owned by the writer, and the index row says so (`owner_ok` = 0).
+to the job's uid: they stay owned by the writer, and an ACL entry lets the job's uid read them
+(`acl.py`); where the filesystem takes no ACLs the index row says so (`owner_ok` = 0).
 
 The index (`index.py`) is SQLite in the results directory (`<results>/index.db`, `sqlite.py`)
 unless the config's `index_url` names a PostgreSQL database (`postgres.py`; psycopg is imported
@@ -27,6 +28,7 @@ from pathlib import Path
 from slurm_attrib import atomic
 from slurm_attrib.config import index_url_problem
 from slurm_attrib.engine.timefmt import unix
+from slurm_attrib.store.acl import grant_read
 from slurm_attrib.store.index import Index, JobFilter, Row, StoreError, ensure_results_dir
 from slurm_attrib.store.sqlite import INDEX, SqliteIndex
 from slurm_attrib.store.status import clear_status
@@ -192,15 +194,14 @@ def _check_job_id(job_id: str) -> None:
 
 
 def _give(fd: int, uid: int | None, gid: int, mode: int) -> bool:
-    """chown (when root and the uid is known) and chmod an open fd; False when ownership could
-    not be given to the job's user."""
-    ok = True
+    """chmod an open fd and hand it to the job's user: chown when root, else an ACL entry that
+    lets them read it (store/acl.py); False when neither could be done."""
     if uid is not None and os.geteuid() == 0:
         os.fchown(fd, uid, gid)
-    elif uid is not None and uid != os.geteuid():
-        ok = False
     os.fchmod(fd, mode)
-    return ok
+    if uid is None or uid == os.geteuid() or os.geteuid() == 0:
+        return True
+    return grant_read(fd, uid, mode)
 
 
 def _atomic_write(dir_fd: int, name: str, data: bytes, uid: int | None, gid: int) -> bool:

@@ -24,9 +24,9 @@ FAILURES_LOG = "hook-failures.log"
 def record_failure(results: str | Path, job_id: str, reason: str, uid: int | None, gid: int = 0,
                    hook: str = "sattrib-worker", public_reason: str = "") -> None:
     """Write the job's status.json and append `reason` to hook-failures.log; raises OSError
-    when the results folder cannot be written.  status.json is given to the job's owner (mode
-    0640) when we are root; otherwise nobody could give it to them, so it is readable by all and
-    says only `public_reason`."""
+    when the results folder cannot be written.  status.json is given to the job's owner like a
+    diagnosis (mode 0640: chown when we are root, else an ACL entry); where neither can be done
+    it is readable by all and says only `public_reason`."""
     from slurm_attrib.store import _atomic_write, _check_job_id, _give
     from slurm_attrib.store.index import ensure_results_dir
 

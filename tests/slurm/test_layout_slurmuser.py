@@ -1,0 +1,162 @@
+"""SlurmUser=slurm (most sites): the job's owner reads their diagnosis, nobody else does.
+
+EpilogSlurmctld runs the analysis as `slurm`, which cannot chown the results to the job's owner:
+the store gives them read access through a POSIX ACL entry instead (slurm_attrib/store/acl.py).
+A job submitted by the unprivileged test user is analysed on the real test cluster; then that
+user's `sattrib show JOBID` prints the diagnosis and another unprivileged user's does not.  A
+failed analysis's status.json, written by the worker as slurm, is the owner's the same way.
+
+Config lookup: the node Prolog/Epilog are written by `sattrib install-hooks` and find the config
+in the `sattrib-config` file next to them; EpilogSlurmctld gets `$SATTRIB_CONFIG` from a wrapper.
+
+The worker must run as slurm, which cannot enter the project venv's interpreter when it lives
+under /root: the hook then runs the system's python3 with the venv's site-packages, when both are
+the same Python version (the extension modules must load); otherwise the module is skipped."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+OTHER_USER = "nobody"
+_STATE: dict = {}
+
+
+@functools.cache
+def _runnable_python(user: str) -> tuple[str, str]:
+    """(interpreter, PYTHONPATH) with which `user` can import the package's dependencies."""
+    site = sysconfig.get_paths()["purelib"]
+    for python, path in ((sys.executable, ""), ("/usr/bin/python3", site)):
+        probe = ["runuser", "-u", user, "--", "env", f"PYTHONPATH={path}", python, "-s", "-c",
+                 f"import sys, pydantic, re2, yaml, click; assert sys.version_info[:2] == {tuple(sys.version_info[:2])}"]
+        if subprocess.run(probe, capture_output=True, timeout=60, cwd="/tmp").returncode == 0:
+            return python, path
+    pytest.skip(f"no Python with the package's dependencies that {user} can run")
+
+
+def _workdir() -> Path:
+    if "dir" in _STATE:
+        return _STATE["dir"]
+    d = Path(tempfile.mkdtemp(prefix="sattrib-slurmuser-", dir="/tmp"))
+    d.chmod(0o755)
+    for sub in ("spool", "local", "results", "bin"):
+        (d / sub).mkdir(mode=0o755)
+    slurm = pwd.getpwnam("slurm")
+    os.chown(d / "results", slurm.pw_uid, slurm.pw_gid)
+    off = [{"name": n, "kind": "kernel", "enabled": False} for n in ("kernel", "syslog", "nvidia_smi", "flight_recorder", "ib_counters")]
+    config = {"spool": str(d / "spool"), "local_spool": str(d / "local"), "results": str(d / "results"),
+              "analysis_deadline": 5, "late_bundle_wait": 0, "epilog_timeout": 8, "index_visibility": "own", "sources": off}
+    (d / "config.yaml").write_text(json.dumps(config, indent=1))
+    # The node hooks as the README installs them, finding the config in `sattrib-config` next to
+    # them; this checkout's package beside their folder, as in a source checkout.
+    (d / "slurm_attrib").symlink_to(REPO / "slurm_attrib")
+    subprocess.run([sys.executable, "-m", "slurm_attrib", "install-hooks", str(d / "etc")], check=True,
+                   env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True)
+    (d / "etc").chmod(0o755)
+    (d / "etc" / "sattrib-config").write_text(f"{d / 'config.yaml'}\n")
+    # EpilogSlurmctld through $SATTRIB_CONFIG, set by a wrapper with a Python slurm can run.
+    ctld_python, ctld_path = _runnable_python("slurm")
+    for name, python, path in (("sattrib-epilog-ctld", ctld_python, ctld_path),):
+        wrapper = d / "bin" / name
+        wrapper.write_text("#!/bin/sh\n"
+                           f"SATTRIB_CONFIG={d / 'config.yaml'}; SATTRIB_PYTHON={python}; PYTHONPATH={path}\n"
+                           "export SATTRIB_CONFIG SATTRIB_PYTHON PYTHONPATH\n"
+                           f"[ -r {d / 'slurm-env'} ] && . {d / 'slurm-env'}\n"
+                           f"exec {REPO / 'epilog' / name} \"$@\"\n")
+        wrapper.chmod(0o755)
+    _STATE["dir"] = d
+    return d
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster_config():
+    d = _workdir()
+    return {"prolog": d / "etc" / "sattrib-prolog", "epilog": d / "etc" / "sattrib-epilog",
+            "epilog_ctld": d / "bin" / "sattrib-epilog-ctld", "extra_env": {"SATTRIB_SLURM_USER": "slurm"}}
+
+
+@pytest.fixture(scope="module")
+def site(slurm_cluster):
+    d = _workdir()
+    (d / "slurm-env").write_text(f"SLURM_CONF={slurm_cluster.conf}\nexport SLURM_CONF\n")
+    yield slurm_cluster, d
+    if not os.environ.get("SATTRIB_KEEP_TESTCLUSTER"):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _as(user: str, cluster, d: Path, *argv: str) -> subprocess.CompletedProcess:
+    python, path = _runnable_python(user)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SATTRIB_CONFIG": str(d / "config.yaml"), "SLURM_CONF": cluster.conf,
+           "PYTHONPATH": f"{REPO}:{path}" if path else str(REPO), "HOME": "/tmp"}
+    command = ["runuser", "-u", user, "--", "env", *(f"{k}={v}" for k, v in env.items()), python, "-s", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd="/tmp")
+
+
+def _wait_for(path: Path, seconds: float = 90) -> None:
+    end = time.monotonic() + seconds
+    while not path.is_file() and time.monotonic() < end:
+        time.sleep(0.3)
+    assert path.is_file(), f"{path} never appeared"
+
+
+def test_the_owner_reads_the_diagnosis_another_user_does_not(site):
+    cluster, d = site
+    script = ("echo 'Traceback (most recent call last):'\n"
+              "echo '  File \"/home/user/train.py\", line 42, in <module>'\n"
+              "echo 'ZeroDivisionError: division by zero'\n"
+              "exit 1\n")
+    job = cluster.sbatch(script, user=cluster.test_user, nodes=1)
+    assert cluster.wait_job(job) == "FAILED"
+    folder = d / "results" / str(job)
+    _wait_for(folder / "diagnosis.txt")
+    assert list((d / "spool" / str(job)).iterdir()), "the node epilog did not find its sattrib-config"
+    slurm = pwd.getpwnam("slurm").pw_uid
+    for path, mode in ((folder, 0o750), (folder / "diagnosis.txt", 0o640), (folder / "diagnosis.json", 0o640)):
+        info = path.stat()
+        assert (info.st_uid, info.st_mode & 0o7777) == (slurm, mode), path  # slurm's, nobody else's by mode
+
+    shown = _as(cluster.test_user, cluster, d, "-m", "slurm_attrib", "show", str(job))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == (folder / "diagnosis.txt").read_text()
+    assert "ZeroDivisionError" in shown.stdout
+    as_json = _as(cluster.test_user, cluster, d, "-m", "slurm_attrib", "show", str(job), "--json")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == json.loads((folder / "diagnosis.json").read_text())
+
+    other = _as(OTHER_USER, cluster, d, "-m", "slurm_attrib", "show", str(job))
+    assert other.returncode == 3 and other.stdout == "", other.stderr  # NOT_YOURS
+    for path in (folder / "diagnosis.txt", folder / "diagnosis.json"):
+        read = _as(OTHER_USER, cluster, d, "-c", f"open({str(path)!r}).read()")
+        assert read.returncode != 0 and "PermissionError" in read.stderr
+
+
+def test_a_failed_analysis_is_told_to_its_owner_only(site):
+    cluster, d = site
+    job = "999123"
+    owner = pwd.getpwnam(cluster.test_user).pw_uid
+    record = ("from slurm_attrib.store.status import record_failure; "
+              f"record_failure({str(d / 'results')!r}, {job!r}, 'MemoryError in the rule scan', uid={owner}, "
+              "public_reason='MemoryError')")
+    done = _as("slurm", cluster, d, "-c", record)
+    assert done.returncode == 0, done.stderr
+    status = d / "results" / job / "status.json"
+    assert status.stat().st_mode & 0o7777 == 0o640 and (status.parent.stat().st_mode & 0o7777) == 0o750
+
+    shown = _as(cluster.test_user, cluster, d, "-m", "slurm_attrib", "show", job)
+    assert shown.returncode == 7, shown.stderr
+    assert shown.stderr == f"sattrib: job {job}: analysis failed (MemoryError in the rule scan); ask an administrator\n"
+    other = _as(OTHER_USER, cluster, d, "-m", "slurm_attrib", "show", job)
+    assert other.returncode != 7 and "MemoryError" not in other.stderr, other.stderr
