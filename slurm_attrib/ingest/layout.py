@@ -49,17 +49,21 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def load_evidence(path: Path, vouch: bool = True) -> Evidence:
-    """Read a logs-layout directory.  Raises InputError (one line: "<file>: <problem>").
-    vouch=False: nothing in it is the operator's (an upload)."""
-    path = Path(path)
+def _stat_input(path: Path) -> os.stat_result:
+    """The analysed PATH's own status, or InputError ("<path>: <problem>")."""
     try:
-        info = os.stat(path)
+        return os.stat(path)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file or directory") from None
     except OSError as error:
         raise InputError(f"{path}: {_one_line(readers._describe(error))}") from None
-    if not stat.S_ISDIR(info.st_mode):
+
+
+def load_evidence(path: Path, vouch: bool = True) -> Evidence:
+    """Read a logs-layout directory.  Raises InputError (one line: "<file>: <problem>").
+    vouch=False: nothing in it is the operator's (an upload)."""
+    path = Path(path)
+    if not stat.S_ISDIR(_stat_input(path).st_mode):
         raise InputError(f"{path}: not a directory or a regular file")
     if not os.access(path, os.R_OK | os.X_OK):
         raise InputError(f"{path}: permission denied")
@@ -83,13 +87,7 @@ def load_file(path: Path) -> Evidence:
     """One job-level file (e.g. `slurm-123.out`) read as a logs layout holding just that file; a
     Slurm output file's name gives the job id.  Raises InputError as load_evidence does."""
     path = Path(path)
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file or directory") from None
-    except OSError as error:
-        raise InputError(f"{path}: {_one_line(readers._describe(error))}") from None
-    if not stat.S_ISREG(info.st_mode):
+    if not stat.S_ISREG(_stat_input(path).st_mode):
         raise InputError(f"{path}: not a directory or a regular file")
     if not os.access(path, os.R_OK):
         raise InputError(f"{path}: permission denied")
