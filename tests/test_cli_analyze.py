@@ -32,7 +32,7 @@ def test_neither_directory_nor_regular_file_is_exit_2(tmp_path):
 def test_a_single_slurm_output_file_names_the_failing_rank(tmp_path):
     """`sattrib analyze slurm-123.out`: a logs layout holding just that file; its name gives the job
     id, and a `[rank11]` OOM names rank 11 (no rank->node map in the file: the node is not known)."""
-    log = require_corpus() / "039-msswift-4x4-a100-rank11-oom-watchdog" / "log.txt"
+    log = CORPUS / "039-msswift-4x4-a100-rank11-oom-watchdog" / "log.txt"
     single = tmp_path / "slurm-123.out"
     single.write_bytes(log.read_bytes())
     result = run("analyze", str(single))

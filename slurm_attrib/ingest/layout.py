@@ -87,7 +87,8 @@ def load_file(path: Path) -> Evidence:
     """One job-level file (e.g. `slurm-123.out`) read as a logs layout holding just that file; a
     Slurm output file's name gives the job id.  Raises InputError as load_evidence does."""
     path = Path(path)
-    if not stat.S_ISREG(_stat_input(path).st_mode):
+    info = _stat_input(path)
+    if not stat.S_ISREG(info.st_mode):
         raise InputError(f"{path}: not a directory or a regular file")
     if not os.access(path, os.R_OK):
         raise InputError(f"{path}: permission denied")
