@@ -112,6 +112,16 @@ def test_an_operators_syslog_counts_only_what_it_files_as_the_kernels(tmp_path, 
     assert (diagnosis.quality == "confirmed") is drains
 
 
+def test_the_further_line_of_a_users_message_is_still_the_users(tmp_path):
+    """`logger "$(printf 'x\\nNVRM: Xid ...')"`: the second line has no header of its own."""
+    folder = logs_folder(tmp_path / "job", {
+        "gpu02/syslog": f"Dec  2 13:04:06 gpu02 alice[4242]: user says:\n{XID}\n    {XID}\n",
+        "slurm-7.out": "Traceback: boom\n",
+    })
+    diagnosis = analyze_path(folder)
+    assert diagnosis.drain == [] and diagnosis.quality != "confirmed"
+
+
 def test_a_line_never_makes_a_node_outside_the_job_a_culprit(tmp_path):
     folder = logs_folder(tmp_path / "job", {"slurm-7.out": "srun: error: Node failure on gpu09\nsrun: error: gpu09: task 3: Killed\n"})
     diagnosis = analyze_path(folder)

@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_attrib.ingest.kinds import SLURM_DAEMON_LINE
 from slurm_attrib.ingest.origin import line_origin
 from slurm_attrib.ingest.timestamps import (
     NO_TIME,
@@ -301,9 +302,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
     first_line = hit.text.split("\n", 1)[0]
     kernel_side = "kernel" in hit.rule.sources
     origin = line_origin(first_line)
-    filed_under = origin.program
-    if filed_under is None and source.kind == "syslog" and first_line[:1].isspace():
-        filed_under = "?"  # a further line of a record above: its sender is not on this line
+    filed_under = _filed_under(origin, first_line, source.kind)
     event = Event(
         rule_id=hit.rule.id,
         title=hit.rule.title,
@@ -337,6 +336,15 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
     event.task = origin.task if origin.task is not None else (int(task) if str(task).isdigit() else None)
     event.node = source.node
     return event if place else (event, stamp)
+
+
+def _filed_under(origin, line: str, kind: str) -> str | None:
+    """The program a daemon-kept log files the line under (provenance.supports_verdict); "?" for a
+    syslog line that names none: the further line of a record above (a message's embedded
+    newline), whose sender is not on it.  A Slurm daemon's own log names none and needs none."""
+    if origin.program is not None or kind != "syslog" or SLURM_DAEMON_LINE.match(line):
+        return origin.program
+    return "?"
 
 
 def _body(line: str, literals: list[str]) -> str:

@@ -41,7 +41,8 @@ _SYSLOG_LINE = re.compile(
     r") [A-Za-z0-9][\w.-]* (?P<prog>[A-Za-z_(][^\s\[:]*)(?:\[\d+\])?:"
 )
 _RFC5424_LINE = re.compile(r"<\d{1,3}>1 \S+ \S+ (?P<prog>\S+) ")
-_SLURMD_LINE = re.compile(r"\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?\] ")
+# a Slurm daemon's own log line (slurmd.log, slurmctld.log): `[2024-12-02T13:04:06.123] ...`
+SLURM_DAEMON_LINE = re.compile(r"\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?\] ")
 _JOURNAL_MARKER = re.compile(r"-- (?:Logs begin at|Journal begins at|Boot [0-9a-f]+|No entries|Reboot)")
 
 # anywhere in the line
@@ -159,7 +160,7 @@ def _classify(line: str) -> tuple[str | None, str | None]:
         found = _SYSLOG_LINE.match(line) or (_RFC5424_LINE.match(line) if first == "<" else None)
         if found is not None:
             return ("kernel" if found["prog"] == "kernel" else "syslog"), None
-    if first == "[" and _SLURMD_LINE.match(line):
+    if first == "[" and SLURM_DAEMON_LINE.match(line):
         return "syslog", None
     if first in "/C" and _SYSFS_STRONG.match(line):
         return "sysfs_strong", None
