@@ -122,6 +122,18 @@ def test_the_further_line_of_a_users_message_is_still_the_users(tmp_path):
     assert diagnosis.drain == [] and diagnosis.quality != "confirmed"
 
 
+def test_a_syslog_a_users_lines_make_look_like_ibstat_is_still_a_syslog(tmp_path):
+    """Content decides how a file is read, its name what it is: a copied syslog whose lines are
+    mostly a user's pasted `ibstat` output is no root-run probe."""
+    ibstat = "CA 'mlx5_0'\n\tCA type: MT4123\n\tNumber of ports: 1\n\tPort 1:\n\t\tState: Down\n\t\tPhysical state: Disabled\n"
+    folder = logs_folder(tmp_path / "job", {"gpu02/syslog": f"Dec  2 13:04:06 gpu02 alice[4242]: user says:\n{ibstat}",
+                                            "slurm-7.out": "Traceback: boom\n"})
+    evidence = load_any(folder)
+    assert [f.provenance for f in evidence.files if f.node == "gpu02"] == [Provenance.DAEMON]
+    diagnosis = analyze_evidence(evidence)
+    assert diagnosis.drain == [] and diagnosis.quality != "confirmed"
+
+
 def test_a_line_never_makes_a_node_outside_the_job_a_culprit(tmp_path):
     folder = logs_folder(tmp_path / "job", {"slurm-7.out": "srun: error: Node failure on gpu09\nsrun: error: gpu09: task 3: Killed\n"})
     diagnosis = analyze_path(folder)

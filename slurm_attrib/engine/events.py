@@ -302,7 +302,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
     first_line = hit.text.split("\n", 1)[0]
     kernel_side = "kernel" in hit.rule.sources
     origin = line_origin(first_line)
-    filed_under = _filed_under(origin, first_line, source.kind)
+    filed_under = _filed_under(origin, first_line, source.provenance)
     event = Event(
         rule_id=hit.rule.id,
         title=hit.rule.title,
@@ -338,11 +338,11 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
     return event if place else (event, stamp)
 
 
-def _filed_under(origin, line: str, kind: str) -> str | None:
+def _filed_under(origin, line: str, provenance: Provenance) -> str | None:
     """The program a daemon-kept log files the line under (provenance.supports_verdict); "?" for a
-    syslog line that names none: the further line of a record above (a message's embedded
+    line of such a log that names none: the further line of a record above (a message's embedded
     newline), whose sender is not on it.  A Slurm daemon's own log names none and needs none."""
-    if origin.program is not None or kind != "syslog" or SLURM_DAEMON_LINE.match(line):
+    if origin.program is not None or provenance is not Provenance.DAEMON or SLURM_DAEMON_LINE.match(line):
         return origin.program
     return "?"
 

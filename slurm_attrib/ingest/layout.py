@@ -31,7 +31,7 @@ from typing import Any
 from slurm_attrib import hostlist
 from slurm_attrib.errors import InputError
 from slurm_attrib.ingest import readers
-from slurm_attrib.ingest.kinds import detect_kind
+from slurm_attrib.ingest.kinds import detect_kind, name_hint
 from slurm_attrib.ingest.ownership import OwnerCheck
 from slurm_attrib.ingest.timestamps import sample_years
 from slurm_attrib.ingest.types import CoverageEntry, Evidence, JobContext, SourceFile
@@ -169,12 +169,14 @@ JOB_OUTPUT_NAMES = re.compile(r"(?i).*(?:nccl|slurm-\d|stdout|stderr|\.out$|\.er
 
 
 def _provenance(rel: str, node: str | None, kind: str, owner: OwnerCheck) -> Provenance:
-    """A node folder's file is what its kind says when the operator vouches for it (owns it) and
-    its name is no job output's; everything else is a user's."""
+    """A node folder's file is what its name says it is (`dmesg`, `syslog`, `journal`, ...; else
+    what its content is) when the operator vouches for it (owns it) and its name is no job
+    output's; everything else is a user's.  The name first: a user's lines in a copied syslog may
+    make its content look like another kind's."""
     name = rel.rsplit("/", 1)[-1]
     if node is None or JOB_OUTPUT_NAMES.match(name) or not owner.vouches(Path(rel)):
         return Provenance.USER
-    return vouched(kind)
+    return vouched(name_hint(name) or kind)
 
 
 # Files that describe a case rather than log it (a case's expected.yaml, a site's notes).
