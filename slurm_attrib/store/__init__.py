@@ -140,11 +140,7 @@ class Store:
         owner_ok = True
         root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
-            try:
-                os.mkdir(str(job_id), 0o700, dir_fd=root_fd)
-            except FileExistsError:
-                pass
-            dir_fd = os.open(str(job_id), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root_fd)
+            dir_fd = job_dir_fd(root_fd, job_id)
         finally:
             os.close(root_fd)
         try:
@@ -185,6 +181,16 @@ def fleet_facts(diagnosis) -> dict:
         "gpus": [g.model_dump(mode="json") for g in diagnosis.gpus],
         "links": [link.model_dump(mode="json") for link in diagnosis.links],
     }
+
+
+def job_dir_fd(root_fd: int, job_id: str) -> int:
+    """The job's folder below the open results folder, made 0700 when new (modes are given after),
+    opened without following a link."""
+    try:
+        os.mkdir(str(job_id), 0o700, dir_fd=root_fd)
+    except FileExistsError:
+        pass
+    return os.open(str(job_id), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root_fd)
 
 
 def _check_job_id(job_id: str) -> None:

@@ -27,7 +27,7 @@ def record_failure(results: str | Path, job_id: str, reason: str, uid: int | Non
     when the results folder cannot be written.  status.json is given to the job's owner like a
     diagnosis (mode 0640: chown when we are root, else an ACL entry); where neither can be done
     it is readable by all and says only `public_reason`."""
-    from slurm_attrib.store import _atomic_write, _check_job_id, _give
+    from slurm_attrib.store import _atomic_write, _check_job_id, _give, job_dir_fd
     from slurm_attrib.store.index import ensure_results_dir
 
     _check_job_id(job_id)
@@ -37,11 +37,7 @@ def record_failure(results: str | Path, job_id: str, reason: str, uid: int | Non
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        try:
-            os.mkdir(str(job_id), 0o700, dir_fd=root_fd)
-        except FileExistsError:
-            pass
-        dir_fd = os.open(str(job_id), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root_fd)
+        dir_fd = job_dir_fd(root_fd, job_id)
         try:
             given = _give(dir_fd, uid, gid, 0o750)
             shown = reason if given else public_reason
