@@ -50,7 +50,8 @@ def get_json(base_url: str, path: str, params: dict, headers: tuple[tuple[str, s
                  **dict(headers)})
     try:
         with urllib.request.urlopen(request, timeout=remaining) as response:  # noqa: S310 - http(s) checked by config
-            body = response.read(budget.bytes_left + 1)
+            # other requests of the job, in other threads, may have spent the budget meanwhile
+            body = response.read(max(budget.bytes_left, 0) + 1)
     except urllib.error.HTTPError as exc:
         raise ConnectorError(f"HTTP {exc.code} from {path}: {_error_text(exc)}") from None
     except (urllib.error.URLError, OSError) as exc:
