@@ -97,6 +97,28 @@ class JobFilter:
     offset: int = 0
 
 
+def page_query(selection: JobFilter, mark: str, user_column: str, node_held: str) -> tuple[str, list]:
+    """The WHERE, ORDER BY and LIMIT of a page (SQL after `FROM diagnoses`) and its arguments, in a
+    backend's dialect: `mark` its placeholder, `user_column` the quoted user column, `node_held`
+    its test that culprit_nodes holds the node in the placeholder."""
+    where, args = [], []
+    if selection.viewer is not None:
+        where.append(f"(uid = {mark} OR {user_column} = {mark})")
+        args += list(selection.viewer)
+    for column in ("domain", "category"):
+        if getattr(selection, column) is not None:
+            where.append(f"{column} = {mark}")
+            args.append(getattr(selection, column))
+    if selection.node is not None:
+        where.append(node_held)
+        args.append(selection.node)
+    if selection.since is not None:
+        where.append(f"analysed_at >= {mark}")
+        args.append(selection.since)
+    tail = (" WHERE " + " AND ".join(where) if where else "") + f" ORDER BY analysed_at DESC, job_id DESC LIMIT {mark} OFFSET {mark}"
+    return tail, [*args, selection.limit, selection.offset]
+
+
 COLUMNS = tuple(f.name for f in fields(Row))
 FLEET_FIELDS = COLUMNS[COLUMNS.index("rule_pack"):]
 JSON_COLUMNS = ("culprit_nodes", "drains", "gpus", "links")

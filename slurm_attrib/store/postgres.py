@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from slurm_attrib.store.index import COLUMNS, JSON_COLUMNS, Index, JobFilter, Row, StoreError, counts_of, is_fleet_row, job_time, rows_of_tuples
+from slurm_attrib.store.index import COLUMNS, JSON_COLUMNS, Index, JobFilter, Row, StoreError, counts_of, is_fleet_row, job_time, page_query, rows_of_tuples
 
 try:
     import psycopg
@@ -116,22 +116,7 @@ class PostgresIndex(Index):
                 return []
 
     def page(self, selection: JobFilter) -> list[Row]:
-        where, args = [], []
-        if selection.viewer is not None:
-            where.append('(uid = %s OR "user" = %s)')
-            args += list(selection.viewer)
-        for column in ("domain", "category"):
-            if getattr(selection, column) is not None:
-                where.append(f"{column} = %s")
-                args.append(getattr(selection, column))
-        if selection.node is not None:
-            where.append("culprit_nodes @> jsonb_build_array(%s::text)")
-            args.append(selection.node)
-        if selection.since is not None:
-            where.append("analysed_at >= %s")
-            args.append(selection.since)
-        tail = (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY analysed_at DESC, job_id DESC LIMIT %s OFFSET %s"
-        args += [selection.limit, selection.offset]
+        tail, args = page_query(selection, "%s", '"user"', "culprit_nodes @> jsonb_build_array(%s::text)")
         with self._connection() as con:
             try:
                 return rows_of_tuples(con.cursor(row_factory=tuple_row).execute(SELECT_TEXT + tail, args).fetchall())

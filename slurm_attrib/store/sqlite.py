@@ -18,7 +18,7 @@ from pathlib import Path
 
 from slurm_attrib.store.index import (
     COLUMNS, JSON_COLUMNS, Index, JobFilter, Row, counts_of, ensure_results_dir, is_fleet_row, job_time, readable_by_all,
-    rows_of_tuples,
+    page_query, rows_of_tuples,
 )
 
 INDEX = "index.db"
@@ -85,23 +85,8 @@ class SqliteIndex(Index):
         return self._select(query + " ORDER BY analysed_at, job_id", args)
 
     def page(self, selection: JobFilter) -> list[Row]:
-        where, args = [], []
-        if selection.viewer is not None:
-            where.append("(uid = ? OR user = ?)")
-            args += list(selection.viewer)
-        for column in ("domain", "category"):
-            if getattr(selection, column) is not None:
-                where.append(f"{column} = ?")
-                args.append(getattr(selection, column))
-        if selection.node is not None:
-            where.append("EXISTS (SELECT 1 FROM json_each(culprit_nodes) WHERE value = ?)")
-            args.append(selection.node)
-        if selection.since is not None:
-            where.append("analysed_at >= ?")
-            args.append(selection.since)
-        query = "SELECT * FROM diagnoses" + (" WHERE " + " AND ".join(where) if where else "")
-        return self._select(query + " ORDER BY analysed_at DESC, job_id DESC LIMIT ? OFFSET ?",
-                            (*args, selection.limit, selection.offset))
+        tail, args = page_query(selection, "?", "user", "EXISTS (SELECT 1 FROM json_each(culprit_nodes) WHERE value = ?)")
+        return self._select("SELECT * FROM diagnoses" + tail, tuple(args))
 
     def fleet_rows(self, since: float) -> list[Row]:
         try:
