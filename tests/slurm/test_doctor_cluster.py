@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from slurmuser_site import write_hook_wrapper, write_site_config, write_slurm_env
 
 pytestmark = pytest.mark.slurm
 
@@ -30,25 +31,12 @@ def _workdir() -> Path:
         return _STATE["dir"]
     d = Path(tempfile.mkdtemp(prefix="sattrib-doctor-", dir="/tmp"))
     d.chmod(0o755)
-    for sub in ("spool", "local", "results", "bin", "private"):
-        (d / sub).mkdir(mode=0o755)
-    (d / "private").chmod(0o700)  # like a venv under /root: SlurmUser cannot enter it
+    write_site_config(d)
+    (d / "private").mkdir(mode=0o700)  # like a venv under /root: SlurmUser cannot enter it
     (d / "private" / "python3").symlink_to(sys.executable)
-    slurm = pwd.getpwnam("slurm")
-    os.chown(d / "results", slurm.pw_uid, slurm.pw_gid)
-    off = [{"name": n, "kind": "kernel", "enabled": False} for n in ("kernel", "syslog", "nvidia_smi", "flight_recorder", "ib_counters")]
-    config = {"spool": str(d / "spool"), "local_spool": str(d / "local"), "results": str(d / "results"),
-              "analysis_deadline": 5, "late_bundle_wait": 0, "epilog_timeout": 8, "index_visibility": "own", "sources": off}
-    (d / "config.yaml").write_text(json.dumps(config, indent=1))
     for name, python in (("sattrib-prolog", sys.executable), ("sattrib-epilog", sys.executable),
                          ("sattrib-epilog-ctld", d / "private" / "python3")):
-        wrapper = d / "bin" / name
-        wrapper.write_text("#!/bin/sh\n"
-                           f"SATTRIB_CONFIG={d / 'config.yaml'}; SATTRIB_PYTHON={python}\n"
-                           "export SATTRIB_CONFIG SATTRIB_PYTHON\n"
-                           f"[ -r {d / 'slurm-env'} ] && . {d / 'slurm-env'}\n"
-                           f"exec {REPO / 'epilog' / name} \"$@\"\n")
-        wrapper.chmod(0o755)
+        write_hook_wrapper(d, name, python)
     _STATE["dir"] = d
     return d
 
@@ -63,7 +51,7 @@ def slurm_cluster_config():
 @pytest.fixture(scope="module")
 def site(slurm_cluster):
     d = _workdir()
-    (d / "slurm-env").write_text(f"SLURM_CONF={slurm_cluster.conf}\nexport SLURM_CONF\n")
+    write_slurm_env(d, slurm_cluster)
     yield slurm_cluster, d
     if not os.environ.get("SATTRIB_KEEP_TESTCLUSTER"):
         shutil.rmtree(d, ignore_errors=True)

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
+from slurmuser_site import write_hook_wrapper, write_site_config, write_slurm_env
 
 pytestmark = pytest.mark.slurm
 
@@ -53,14 +54,7 @@ def _workdir() -> Path:
         return _STATE["dir"]
     d = Path(tempfile.mkdtemp(prefix="sattrib-slurmuser-", dir="/tmp"))
     d.chmod(0o755)
-    for sub in ("spool", "local", "results", "bin"):
-        (d / sub).mkdir(mode=0o755)
-    slurm = pwd.getpwnam("slurm")
-    os.chown(d / "results", slurm.pw_uid, slurm.pw_gid)
-    off = [{"name": n, "kind": "kernel", "enabled": False} for n in ("kernel", "syslog", "nvidia_smi", "flight_recorder", "ib_counters")]
-    config = {"spool": str(d / "spool"), "local_spool": str(d / "local"), "results": str(d / "results"),
-              "analysis_deadline": 5, "late_bundle_wait": 0, "epilog_timeout": 8, "index_visibility": "own", "sources": off}
-    (d / "config.yaml").write_text(json.dumps(config, indent=1))
+    write_site_config(d)
     # The node hooks as the README installs them, finding the config in `sattrib-config` next to
     # them; this checkout's package beside their folder, as in a source checkout.
     (d / "slurm_attrib").symlink_to(REPO / "slurm_attrib")
@@ -70,14 +64,7 @@ def _workdir() -> Path:
     (d / "etc" / "sattrib-config").write_text(f"{d / 'config.yaml'}\n")
     # EpilogSlurmctld through $SATTRIB_CONFIG, set by a wrapper with a Python slurm can run.
     ctld_python, ctld_path = _runnable_python("slurm")
-    for name, python, path in (("sattrib-epilog-ctld", ctld_python, ctld_path),):
-        wrapper = d / "bin" / name
-        wrapper.write_text("#!/bin/sh\n"
-                           f"SATTRIB_CONFIG={d / 'config.yaml'}; SATTRIB_PYTHON={python}; PYTHONPATH={path}\n"
-                           "export SATTRIB_CONFIG SATTRIB_PYTHON PYTHONPATH\n"
-                           f"[ -r {d / 'slurm-env'} ] && . {d / 'slurm-env'}\n"
-                           f"exec {REPO / 'epilog' / name} \"$@\"\n")
-        wrapper.chmod(0o755)
+    write_hook_wrapper(d, "sattrib-epilog-ctld", ctld_python, ctld_path)
     _STATE["dir"] = d
     return d
 
@@ -92,7 +79,7 @@ def slurm_cluster_config():
 @pytest.fixture(scope="module")
 def site(slurm_cluster):
     d = _workdir()
-    (d / "slurm-env").write_text(f"SLURM_CONF={slurm_cluster.conf}\nexport SLURM_CONF\n")
+    write_slurm_env(d, slurm_cluster)
     yield slurm_cluster, d
     if not os.environ.get("SATTRIB_KEEP_TESTCLUSTER"):
         shutil.rmtree(d, ignore_errors=True)

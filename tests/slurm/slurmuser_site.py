@@ -1,0 +1,42 @@
+"""A site folder for test modules whose cluster runs with SlurmUser=slurm: its config (spool,
+results owned by slurm, node sources off) and hook wrappers that set the config and interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES_OFF = [{"name": n, "kind": "kernel", "enabled": False} for n in ("kernel", "syslog", "nvidia_smi", "flight_recorder", "ib_counters")]
+
+
+def write_site_config(d: Path) -> None:
+    """spool, local, results (slurm's) and bin below d, and d/config.yaml naming them."""
+    for sub in ("spool", "local", "results", "bin"):
+        (d / sub).mkdir(mode=0o755)
+    slurm = pwd.getpwnam("slurm")
+    os.chown(d / "results", slurm.pw_uid, slurm.pw_gid)
+    config = {"spool": str(d / "spool"), "local_spool": str(d / "local"), "results": str(d / "results"),
+              "analysis_deadline": 5, "late_bundle_wait": 0, "epilog_timeout": 8, "index_visibility": "own",
+              "sources": SOURCES_OFF}
+    (d / "config.yaml").write_text(json.dumps(config, indent=1))
+
+
+def write_hook_wrapper(d: Path, name: str, python: str | Path, pythonpath: str = "") -> None:
+    """d/bin/<name>: the project's hook with $SATTRIB_CONFIG, $SATTRIB_PYTHON (and PYTHONPATH) set,
+    and the cluster's SLURM_CONF from d/slurm-env once the cluster is up."""
+    path = f"; PYTHONPATH={pythonpath}" if pythonpath else ""
+    exported = " PYTHONPATH" if pythonpath else ""
+    wrapper = d / "bin" / name
+    wrapper.write_text("#!/bin/sh\n"
+                       f"SATTRIB_CONFIG={d / 'config.yaml'}; SATTRIB_PYTHON={python}{path}\n"
+                       f"export SATTRIB_CONFIG SATTRIB_PYTHON{exported}\n"
+                       f"[ -r {d / 'slurm-env'} ] && . {d / 'slurm-env'}\n"
+                       f"exec {REPO / 'epilog' / name} \"$@\"\n")
+    wrapper.chmod(0o755)
+
+
+def write_slurm_env(d: Path, cluster) -> None:
+    (d / "slurm-env").write_text(f"SLURM_CONF={cluster.conf}\nexport SLURM_CONF\n")
