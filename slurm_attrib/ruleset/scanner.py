@@ -25,6 +25,8 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+import re2
+
 from slurm_attrib.ruleset.hooks import HOOKS
 from slurm_attrib.ruleset.spec import Rule, compiled
 
@@ -38,6 +40,7 @@ try:  # default dependency; the scanner still works without it
 except ImportError:  # pragma: no cover - exercised when the wheel is missing
     ahocorasick_rs = None
 
+_UNANCHORED = getattr(getattr(re2, "_Anchor", None), "UNANCHORED", None)
 MAX_LINE_CHARS = 8192  # longer lines are cut for matching and evidence (a 50 MB line stays cheap)
 
 
@@ -290,13 +293,29 @@ class Scanner:
 class Regex:
     """An RE2 pattern whose search gives its named groups as text (None: the group took no part)."""
 
-    __slots__ = ("_regex", "_groups")
+    __slots__ = ("_regex", "_groups", "_spans")
 
     def __init__(self, pattern: str, ignore_case: bool = False):
         self._regex = compiled(pattern, ignore_case)
         self._groups = tuple(self._regex.groupindex.items())  # the wrapper rebuilds it on every call
+        # The wrapper's search is a Python generator around RE2's Match, a third of each search's
+        # cost on lines that match: on bytes, RE2's Match gives the same spans directly.
+        native = getattr(self._regex, "_regexp", None)
+        self._spans = native.Match if native is not None and hasattr(re2, "_Anchor") else None
 
     def search(self, data: bytes) -> dict[str, str | None] | None:
+        if self._spans is None:
+            return self._search_with_wrapper(data)
+        spans = self._spans(_UNANCHORED, data, 0, len(data))
+        if spans[0][0] < 0:
+            return None
+        groups = {}
+        for name, index in self._groups:
+            begin, end = spans[index]
+            groups[name] = data[begin:end].decode() if begin >= 0 else None
+        return groups
+
+    def _search_with_wrapper(self, data: bytes) -> dict[str, str | None] | None:
         found = self._regex.search(data)
         if found is None:
             return None
