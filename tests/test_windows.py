@@ -155,7 +155,7 @@ def test_workers_scan_what_this_process_scans(tmp_path, monkeypatch):
     evidence = load_evidence(tmp_path / "job")
     assert all(f.streamed for f in evidence.files)
     scanner, year = _scanner(()), evidence_year(evidence)
-    here = [events_module._scan_file(i, f, scanner, year, True) for i, f in enumerate(evidence.files)]
+    here = [events_module._scan_file(i, f, scanner, year, True, evidence.job) for i, f in enumerate(evidence.files)]
     assert sum(len(s.events) for s in here) == 4
     assert _summary(events_module._scan_in_workers(evidence, scanner, year, True, 2)) == _summary(here)
     assert _summary(events_module._scan_in_workers(evidence, scanner, year, True, 3)) == _summary(here)

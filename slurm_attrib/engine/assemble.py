@@ -108,7 +108,7 @@ def links(events: list[Event]) -> list[Link]:
         first = members[0]
         result.append(Link(
             node=first.node, device=key[1], port=None if key[2] < 0 else key[2], type=key[3], rule=first.rule_id,
-            time=iso(first.time), count=sum(int(e.fields.get("count") or 1) for e in members),
+            time=iso(first.time), count=sum(int(e.fields.get("count") or 1) * e.repeats for e in members),
             trusted=any(e.trusted for e in members),
         ))
     return sorted(result, key=lambda link: not link.trusted)[:MAX_LINKS]
@@ -127,7 +127,7 @@ def symptom_groups(events: list[Event]) -> list[SymptomGroup]:
             SymptomGroup(
                 type=kind,
                 rule=rule_id,
-                count=len(members),
+                count=sum(e.repeats for e in members),
                 nodes=sorted({e.node for e in members if e.node}),
                 ranks=sorted({e.rank for e in members if e.rank is not None}),
                 first=iso(times[0]) if times else None,

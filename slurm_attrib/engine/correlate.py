@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from slurm_attrib.engine.events import Event
+from slurm_attrib.engine.jobwindow import BEFORE, INSIDE, window_side
 from slurm_attrib.ingest.types import JobContext
 
-WINDOW_SLACK_BEFORE = 120.0  # seconds before the job start still inside the window (prolog, skew)
-WINDOW_SLACK_AFTER = 60.0  # after the job end: teardown lines still belong to the job
 XID_BURST_SILENCE = 180.0  # NVIDIA Fleet Intelligence: a burst ends after 3 minutes of silence
 SKEW = 5.0  # clocks of different nodes may differ by this much: events closer are not ordered
 INHERITED_SKEW = 120.0  # a line without its own time is placed only roughly by its neighbours
@@ -23,10 +22,9 @@ def apply_job_window(events: list[Event], job: JobContext) -> None:
     for event in events:
         if event.time is None or event.role == "marker":
             continue
-        before = job.start is not None and event.time < job.start - WINDOW_SLACK_BEFORE
-        after = job.end is not None and event.time > job.end + WINDOW_SLACK_AFTER
-        if before or after:
-            event.notes["outside_window"] = "before the job started" if before else "after the job ended"
+        side = window_side(event.time, job)
+        if side != INSIDE:
+            event.notes["outside_window"] = "before the job started" if side == BEFORE else "after the job ended"
             event.role = "context"
 
 
@@ -97,11 +95,12 @@ def repeated_corrected_memory_errors(events: list[Event], job: JobContext) -> li
         if event.type == "host_memory_ce" and event.role == "context" and "outside_window" not in event.notes:
             by_node[event.node].append(event)
     for node, reports in by_node.items():
-        if len(reports) < CE_REPEAT:
+        count = sum(e.repeats for e in reports)
+        if count < CE_REPEAT:
             continue
         first = min(reports, key=lambda e: e.sort_key)
         first.role, first.category, first.strength = "cause", "host_hardware_other", 1
-        first.notes["inferred"] = f"{len(reports)} corrected memory-error reports{' on ' + node if node else ''}: a failing DIMM"
+        first.notes["inferred"] = f"{count} corrected memory-error reports{' on ' + node if node else ''}: a failing DIMM"
         promoted.append(first)
     return promoted
 

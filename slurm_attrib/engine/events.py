@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_attrib.engine.jobwindow import window_side
 from slurm_attrib.ingest.kinds import SLURM_DAEMON_LINE
 from slurm_attrib.ingest.origin import line_origin
 from slurm_attrib.ingest.timestamps import (
@@ -60,6 +61,8 @@ class Event:
     notes: dict[str, Any] = field(default_factory=dict)
     explained_by: "Event | None" = None
     fallback: bool = False  # from a second-look rule: a lead, not a finding
+    repeats: int = 1  # lines this event stands for (a collapsing rule's hits, event.collapse)
+    last_time: float | None = None  # with repeats: the time of the last of them, when it has its own
 
     @property
     def body(self) -> str:
@@ -110,6 +113,8 @@ def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, fl
     for scan in scans:
         for event, (stamp, stated_at) in zip(scan.events, scan.raw):
             _place_in_time(event, stamp, boots.get(event.node) if event.node else None, stated_at)
+        for event, stamp in scan.last_stamps:
+            event.last_time = _place(stamp, boots.get(event.node) if event.node else None)[0]
         _date_from_later_events(scan.events)
         events.extend(scan.events)
     stamps = [(source.node, scan.last) for source, scan in zip(evidence.files, scans) if source.node]
@@ -122,19 +127,35 @@ class _FileScan:
     raw: list[tuple[LineTime, Any]]  # per event: its own or inherited stamp, and a time the line states
     observations: dict[str, list[float]]  # boot-time observations (kernel and syslog files)
     last: LineTime  # the time of the file's last stamped line
+    last_stamps: list[tuple[Event, LineTime]] = field(default_factory=list)  # collapsed events: their last line's own stamp
 
 
-def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | None, want_boots: bool) -> _FileScan:
+def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | None, want_boots: bool,
+               job: JobContext) -> _FileScan:
     clock = FileClock(source, year, None)
     scan = _FileScan([], [], {}, NO_TIME)
+    collapsed: dict[tuple, Event] = {}
     tail, line = b"", 1
     for window in source.windows():
         clock.enter(window.data, window.offset)
         hits = scanner.scan(window.data, source.kind, window.begin, window.end, line)
+        last_stamps: dict[int, tuple[Event, LineTime]] = {}  # by id(event): events compare by value
         for hit in hits:
+            key = None
+            if hit.rule.event.collapse is not None:
+                stamp, inherited = clock.stamp_of(hit.text.split("\n", 1)[0], hit.offset)
+                key = None if inherited else _collapse_key(hit, stamp, job)
+                if key in collapsed:
+                    first = collapsed[key]
+                    first.repeats += 1
+                    last_stamps[id(first)] = (first, stamp)
+                    continue
             event, stamp = _event_from_hit(hit, source, index, clock, place=False)
             scan.events.append(event)
             scan.raw.append((stamp, hit.fields.get("at")))
+            if key is not None:
+                collapsed[key] = event
+        scan.last_stamps.extend(last_stamps.values())
         line = _line_after(window, hits, line)
         if want_boots and source.kind in ("kernel", "syslog"):
             boot_observations(window.data, window.begin, window.end, source.node, year, scan.observations)
@@ -151,7 +172,7 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
 # (4,096 nodes, 32,767 ranks timing out: 68 s CPU and 1.76 GB against 39 s and 1.07 GB).
 MAX_WORKERS = 4
 WORKERS_VARIABLE = "SATTRIB_SCAN_WORKERS"  # a number; unset, empty or 1 scans in this process only
-_FORKED: tuple | None = None  # what forked workers scan: (files, scanner, year, want_boots)
+_FORKED: tuple | None = None  # what forked workers scan: (files, scanner, year, want_boots, job)
 
 
 def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boots: bool) -> list[_FileScan]:
@@ -161,7 +182,7 @@ def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boo
         scans = _scan_in_workers(evidence, scanner, year, want_boots, workers)
         if scans is not None:
             return scans
-    return [_scan_file(i, source, scanner, year, want_boots) for i, source in enumerate(evidence.files)]
+    return [_scan_file(i, source, scanner, year, want_boots, evidence.job) for i, source in enumerate(evidence.files)]
 
 
 def _worker_count(evidence: Evidence) -> int:
@@ -187,7 +208,7 @@ def _scan_in_workers(evidence: Evidence, scanner: Scanner, year: int | None, wan
         lightest = loads.index(min(loads))  # largest file first, to the least loaded worker
         shares[lightest].append(index)
         loads[lightest] += evidence.files[index].content_size()
-    _FORKED = (evidence.files, scanner, year, want_boots)
+    _FORKED = (evidence.files, scanner, year, want_boots, evidence.job)
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
             done = dict(pair for share in pool.map(_scan_share, shares) for pair in share)
@@ -199,8 +220,8 @@ def _scan_in_workers(evidence: Evidence, scanner: Scanner, year: int | None, wan
 
 
 def _scan_share(indexes: list[int]) -> list[tuple[int, _FileScan]]:
-    files, scanner, year, want_boots = _FORKED
-    return [(i, _scan_file(i, files[i], scanner, year, want_boots)) for i in indexes]
+    files, scanner, year, want_boots, job = _FORKED
+    return [(i, _scan_file(i, files[i], scanner, year, want_boots, job)) for i in indexes]
 
 
 def _line_after(window: Window, hits: list[Hit], first_line: int) -> int:
@@ -338,6 +359,20 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
     return event if place else (event, stamp)
 
 
+COLLAPSE_MONO_SPAN = 60.0  # seconds-since-boot lines collapse per minute: their wall time is not known yet
+
+
+def _collapse_key(hit: Hit, stamp: LineTime, job: JobContext) -> tuple:
+    """What a collapsing rule's hits must share to be one event: the rule, the fields it names,
+    the line's own host, rank and program (a line another program wrote, a claim, never joins a
+    kernel line's count), and the side of the job's window the line is on, so that the judgement
+    counts the lines inside it exactly (a line with only a boot-relative time: its minute)."""
+    origin = line_origin(hit.text.split("\n", 1)[0])
+    when = ("wall", window_side(stamp.wall, job)) if stamp.wall is not None else ("mono", stamp.mono // COLLAPSE_MONO_SPAN)
+    return (hit.rule.id, origin.host, origin.rank, origin.task, origin.program, when,
+            *(hit.fields.get(n) for n in hit.rule.event.collapse))
+
+
 def _filed_under(origin, line: str, provenance: Provenance) -> str | None:
     """The program a daemon-kept log files the line under (provenance.supports_verdict); "?" for a
     line of such a log that names none: the further line of a record above (a message's embedded
@@ -358,7 +393,8 @@ def anchor_boot_clock(events: list[Event]) -> None:
     The same kernel message often sits in dmesg (seconds since boot) and in syslog or the journal
     (wall clock); each such pair on one node gives that node's boot time.
     """
-    unplaced = [e for e in events if e.time is None and e.mono is not None and not e.time_inherited]
+    # A collapsed event (repeats > 1) stands for several lines of one body: no pair is unique.
+    unplaced = [e for e in events if e.time is None and e.mono is not None and not e.time_inherited and e.repeats == 1]
     if not unplaced:
         return  # most jobs: every node's boot time was known from its own logs
     wanted = {(e.node, e.rule_id) for e in unplaced}
@@ -366,7 +402,7 @@ def anchor_boot_clock(events: list[Event]) -> None:
     for event in events:
         if (event.mono is None and event.time is not None and event.node and not event.time_inherited
                 and (event.node, event.rule_id) in wanted):
-            walls[(event.node, event.rule_id, event.body)].append(event.time)
+            walls[(event.node, event.rule_id, event.body)].extend([event.time] * min(event.repeats, 2))
     offsets: dict[str, list[float]] = defaultdict(list)
     for event in unplaced:
         matches = walls.get((event.node, event.rule_id, event.body), [])

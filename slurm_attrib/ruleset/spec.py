@@ -25,6 +25,9 @@ One rule turns one log line (or a short block starting at that line) into an eve
       hook: xid                       # optional Python refinement (ruleset/hooks.py)
       fallback: false                 # true: read only on a second look, when no other rule found
                                       # the origin (a lead, quality insufficient, never drained)
+      collapse: [pci]                 # context only: a file's hits that agree on these fields (and
+                                      # on the line's host, rank and program) are one event with a
+                                      # count and a last time, not one event per line
     references: [https://...]
     examples:
       match: [{line: '...', fields: {...}}]
@@ -122,6 +125,11 @@ class EventSpec(StrictModel):
     # only when the rules proper found no origin at all; its cause is a lead (quality
     # `insufficient`), never drained.  A fallback marker (work going on) weighs the leads.
     fallback: bool = False
+    # Noise a node prints all day (corrected PCIe/DRAM errors, NIC command errors): the judgement
+    # reads how many, when first and when last, not each line; building one event per line cost
+    # most of the analysis on realistic logs (issue 19).  Only context collapses: every cause,
+    # symptom and marker line is read on its own.
+    collapse: list[str] | None = None
 
     @model_validator(mode="after")
     def _category_fits_domain(self) -> "EventSpec":
@@ -133,6 +141,8 @@ class EventSpec(StrictModel):
             raise ValueError("a cause needs a category")
         if self.fallback and self.role not in ("cause", "marker"):
             raise ValueError("a fallback rule gives a lead (a cause) or a marker the second look weighs it by")
+        if self.collapse is not None and self.role != "context":
+            raise ValueError("only context collapses: a cause, symptom or marker line is read on its own")
         return self
 
 
@@ -185,4 +195,7 @@ class Rule(StrictModel):
         missing = sorted(set(self.fields) - groups)
         if missing:
             raise ValueError(f"fields {missing} are not named groups of match.regex")
+        unknown = sorted(set(self.event.collapse or []) - groups)
+        if unknown:
+            raise ValueError(f"event.collapse names {unknown}, which are not named groups of the rule's regexes")
         return self

@@ -1,0 +1,19 @@
+"""The job's window: which lines belong to the job, by their time."""
+
+from __future__ import annotations
+
+from slurm_attrib.ingest.types import JobContext
+
+WINDOW_SLACK_BEFORE = 120.0  # seconds before the job start still inside the window (prolog, skew)
+WINDOW_SLACK_AFTER = 60.0  # after the job end: teardown lines still belong to the job
+
+BEFORE, INSIDE, AFTER = -1, 0, 1
+
+
+def window_side(time: float, job: JobContext) -> int:
+    """BEFORE the job's window, INSIDE it, or AFTER it (an unknown start or end bounds nothing)."""
+    if job.start is not None and time < job.start - WINDOW_SLACK_BEFORE:
+        return BEFORE
+    if job.end is not None and time > job.end + WINDOW_SLACK_AFTER:
+        return AFTER
+    return INSIDE

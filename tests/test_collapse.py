@@ -1,0 +1,84 @@
+"""Collapsing rules (`event.collapse`): a node's all-day noise is one event with a count and a
+last time per side of the job's window, never one event per line, and never mixed with claims."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from pydantic import ValidationError
+
+from slurm_attrib.engine.events import scan_evidence
+from slurm_attrib.engine.pipeline import _scanner, analyze_path
+from slurm_attrib.ingest.layout import load_evidence
+from slurm_attrib.ruleset.loader import load_rules
+from slurm_attrib.ruleset.scanner import Regex
+from slurm_attrib.ruleset.spec import Rule
+from tests.test_engine import write_job
+
+AER = "2026-12-02T13:{m:02d}:{s:02d}+0000 gpu02 kernel: pcieport 0000:27:01.0: AER: Corrected error received: 0000:27:01.0\n"
+CE = "2026-12-02T{h:02d}:{m:02d}:00+0000 gpu02 kernel: EDAC MC0: 1 CE memory read error on CPU_SrcID#0_MC#0_Chan#1_DIMM#0 (channel:1 page:0x{m:x})\n"
+
+
+def _events(root, rule_id):
+    evidence = load_evidence(root)
+    events = scan_evidence(evidence, _scanner(())).events
+    return sorted((e for e in events if e.rule_id == rule_id), key=lambda e: e.order)
+
+
+def test_repeated_noise_is_one_event_with_a_count_and_a_last_time(tmp_path):
+    lines = "".join(AER.format(m=5 + n // 60, s=n % 60) for n in range(40))
+    root = write_job(tmp_path, {"gpu02/journal.txt": lines})
+    (event,) = _events(root, "host.pcie_aer_corrected")
+    assert event.repeats == 40
+    assert event.line == 1
+    assert (event.last_time - event.time) == 39.0
+
+
+def test_noise_before_the_job_is_counted_apart_from_noise_inside_it(tmp_path):
+    before = "".join(CE.format(h=11, m=m) for m in range(3))  # the job starts at 13:00
+    inside = "".join(CE.format(h=13, m=m) for m in range(1, 4))
+    root = write_job(tmp_path, {"gpu02/journal.txt": before + inside})
+    events = _events(root, "host.edac_corrected")
+    assert [e.repeats for e in events] == [3, 3]
+    # three reports inside the window are fewer than a failing DIMM needs (CE_REPEAT = 5): the
+    # three before the job do not count towards them
+    assert analyze_path(root).category != "host_hardware_other"
+    inside = "".join(CE.format(h=13, m=m) for m in range(1, 7))
+    diagnosis = analyze_path(write_job(tmp_path / "six", {"gpu02/journal.txt": before + inside}))
+    assert (diagnosis.category, diagnosis.culprit_nodes) == ("host_hardware_other", ["gpu02"])
+
+
+def test_a_line_another_program_filed_never_joins_the_kernels_count(tmp_path):
+    kernel = "".join(AER.format(m=5, s=s) for s in range(10))
+    claimed = kernel.replace(" kernel: ", " myjob: ")
+    root = write_job(tmp_path, {"gpu02/journal.txt": kernel + claimed})
+    events = _events(root, "host.pcie_aer_corrected")
+    assert [e.repeats for e in events] == [10, 10]
+    assert events[0].trusted and not events[1].trusted
+
+
+def test_only_context_collapses_and_only_by_its_own_groups():
+    rule = next(r for r in load_rules() if r.id == "host.pcie_aer_corrected")
+    data = rule.model_dump()
+    wrong_role = copy.deepcopy(data)
+    wrong_role["event"].update(role="cause", category="pcie_error")
+    with pytest.raises(ValidationError, match="only context collapses"):
+        Rule.model_validate(wrong_role)
+    unknown_group = copy.deepcopy(data)
+    unknown_group["event"]["collapse"] = ["pci", "no_such_group"]
+    with pytest.raises(ValidationError, match="no_such_group"):
+        Rule.model_validate(unknown_group)
+
+
+@pytest.mark.parametrize("line", [
+    b"pcieport 0000:27:01.0: AER: Corrected error received: 0000:27:01.0",
+    b"AER: Corrected error received:",  # optional groups take no part
+    "pcieport 0000:27:01.0: \u00e9t\u00e9 AER: Corrected error received: 0000:27:01.0".encode(),
+    b"nothing to see",
+])
+def test_the_direct_search_gives_what_the_re2_wrapper_gives(line):
+    rule = next(r for r in load_rules() if r.id == "host.pcie_aer_corrected")
+    regex = Regex(rule.match.regex)
+    assert regex._spans is not None  # the direct path is the one in use here
+    assert regex.search(line) == regex._search_with_wrapper(line)
