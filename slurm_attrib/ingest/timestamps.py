@@ -28,6 +28,7 @@ import re
 import statistics
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.timebounds import sane_time, sane_uptime, sane_year
@@ -100,11 +101,20 @@ def _zone_offset(zone: str | None) -> int:
 
 def _wall(year: int, month: int, day: int, hour: int, minute: int, second: int, frac: float,
           offset: int = 0) -> float | None:
-    if not (1 <= month <= 12 and 1 <= day <= 31 and hour <= 23 and minute <= 59 and second <= 60):
+    if not (hour <= 23 and minute <= 59 and second <= 60):
         return None
-    if not sane_year(year) or day > calendar.monthrange(year, month)[1]:
+    midnight = _midnight(year, month, day)
+    if midnight is None:
         return None
-    return sane_time(calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + frac - offset)
+    return sane_time(midnight + hour * 3600 + minute * 60 + second + frac - offset)
+
+
+@lru_cache(maxsize=4096)
+def _midnight(year: int, month: int, day: int) -> int | None:
+    """UNIX seconds of the day's start (UTC), None for no such day: a log's lines share a few days."""
+    if not (1 <= month <= 12 and 1 <= day <= 31) or not sane_year(year) or day > calendar.monthrange(year, month)[1]:
+        return None
+    return calendar.timegm((year, month, day, 0, 0, 0, 0, 0, 0))
 
 
 def _mono(text: str) -> float | None:

@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import re2
@@ -435,6 +436,7 @@ def _cast_fields(rule: Rule, groups: dict[str, str | None]) -> dict[str, Any] | 
     return fields
 
 
+@lru_cache(maxsize=4096)  # a node has a few dozen PCI functions, printed on every noise line
 def normalise_pci(value: str) -> str:
     """'PCI:0000:3B:00', '00000000:3B:00.0', '3b:00.0' -> '0000:3b:00' (domain:bus:device)."""
     text = value.strip().lower()
