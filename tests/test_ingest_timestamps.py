@@ -1,4 +1,5 @@
 import calendar
+import random
 import time
 from pathlib import Path
 
@@ -207,3 +208,28 @@ def test_evidence_year_without_a_job_window():
     ]
     assert evidence_year(Evidence(Path("."), JobContext(), files)) == 2026
     assert evidence_year(Evidence(Path("."), JobContext(), files[:1])) is None
+
+
+def _time_before_line_by_line(data: bytes, offset: int, max_lines: int, floor: int) -> LineTime:
+    """The definition time_before keeps: the nearest earlier line with a time, within reach."""
+    lines = data[: data.rfind(b"\n", 0, offset) + 1].split(b"\n")[:-1]
+    starts = [sum(len(line) + 1 for line in lines[:i]) for i in range(len(lines))]
+    for line, start in list(zip(lines, starts))[::-1][:max_lines]:
+        if start < floor:
+            break
+        found = parse_line_time(line[:512].decode("utf-8", errors="replace"), 2026)
+        if found.wall is not None or found.mono is not None:
+            return found
+    return LineTime(None, None)
+
+
+def test_time_before_finds_what_reading_line_by_line_finds():
+    rng = random.Random(7)
+    shapes = ["[{n}.5] kernel line", "untimed {n}", "2026-12-02T13:00:{s:02d}+0000 host prog: x", "",
+              "[  {n}.25]", "ends with a bracket [", " 12.5] after it", "12:00:0 not a stamp", "Dec  2 13:00:{s:02d} h p: y"]
+    for _ in range(200):
+        lines = [rng.choice(shapes).format(n=rng.randrange(1000), s=rng.randrange(60)) for _ in range(rng.randrange(1, 40))]
+        data = ("\n".join(lines) + "\n").encode()
+        offset = rng.randrange(len(data) + 1)
+        max_lines, floor = rng.randrange(1, 12), rng.choice([0, rng.randrange(len(data) + 1)])
+        assert time_before(data, offset, 2026, max_lines, floor) == _time_before_line_by_line(data, offset, max_lines, floor)

@@ -240,18 +240,28 @@ def time_before(data: bytes, offset: int, year_hint: int | None, max_lines: int 
     """
     offset = max(0, min(offset, len(data)))
     line_start = data.rfind(b"\n", 0, offset) + 1  # tolerant of offsets inside a line
-    end = line_start - 1  # the newline ending the previous line
+    if line_start == 0:
+        return NO_TIME
+    region = line_start  # the start of the farthest line looked at
     for _ in range(max_lines):
-        if end < 0:
+        if region == 0:
             break
-        start = data.rfind(b"\n", 0, end) + 1
+        start = data.rfind(b"\n", 0, region - 1) + 1
         if start < floor:
             break
-        if _STAMP_MARK.search(data, start, end) is not None:
-            found = parse_line_time(_line_text(data, start, end), year_hint)
-            if found.wall is not None or found.mono is not None:
-                return found
-        end = start - 1
+        region = start
+    # One search over the region finds the lines that may hold a time (a mark); they are read
+    # nearest first.
+    marked = []
+    for mark in _STAMP_MARK.finditer(data, region, line_start - 1):
+        start = data.rfind(b"\n", 0, mark.start()) + 1
+        if not marked or marked[-1] != start:
+            marked.append(start)
+    for start in reversed(marked):
+        end = data.find(b"\n", start, line_start)
+        found = parse_line_time(_line_text(data, start, line_start - 1 if end < 0 else end), year_hint)
+        if found.wall is not None or found.mono is not None:
+            return found
     return NO_TIME
 
 
