@@ -578,13 +578,15 @@ def _lustre_slow(rng: random.Random, t: float) -> str:
 def _lustre(rng: random.Random, t: float, later: list[tuple[float, str]], mount: str) -> str:
     """A slow reply, or a lost connection whose restoration (pushed on the `later` heap) follows
     5-120 s later, as the import recovers (lustre/ptlrpc/import.c): clients never print a
-    restoration of a target they did not lose.  `mount` is the client's superblock instance, in
-    the name of each of its imports (`scratch-OST0004-osc-<mount>`)."""
+    restoration of a target they did not lose, nor lose one that is still down.  `mount` is the
+    client's superblock instance, in the name of each of its imports (`scratch-OST0004-osc-<mount>`)."""
     if rng.random() < 0.75:
         return _lustre_slow(rng, t)
     ost = rng.randrange(64)
     target = f"scratch-OST{ost:04x}"
     nid = f"10.0.{ost // 16}.{ost % 16 + 10}@o2ib"
     device = f"{target}-osc-{mount}"
+    if any(f" {device}: " in line for _, line in later):
+        return _lustre_slow(rng, t)
     heapq.heappush(later, (t + rng.uniform(5, 120), f"Lustre: {device}: Connection restored to {target} (at {nid})"))
     return f"Lustre: {device}: Connection to {target} (at {nid}) was lost; in progress operations using this service will wait for recovery to complete"
