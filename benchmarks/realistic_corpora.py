@@ -29,6 +29,7 @@ import heapq
 import json
 import random
 import re
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -36,7 +37,7 @@ from pathlib import Path
 from slurm_attrib.simulate.job import GPU_BUS, HCA_BUS, Job, Node, _glog, iso
 from slurm_attrib.simulate.scenarios import SCENARIOS
 
-GENERATOR_VERSION = 1  # bump when the bytes a spec produces change
+GENERATOR_VERSION = 2  # bump when the bytes a spec produces change
 
 
 @dataclass(frozen=True)
@@ -475,10 +476,16 @@ class Bulk:
 
         def kernel() -> Iterator[tuple[float, str]]:
             rng = self._rng("kernel", node.host)
+            later: list[tuple[float, str]] = []  # lines already decided, due later (Lustre restorations)
             n = spec.kernel_lines
             for i in range(n):
                 t = t0 + (i + rng.random()) * (t1 - t0) / n
-                yield t, self._kernel_line(node, t, rng)
+                line = self._kernel_line(node, t, rng, later)
+                while later and later[0][0] <= t:
+                    yield heapq.heappop(later)
+                yield t, line
+            while later:
+                yield heapq.heappop(later)
 
         def journal() -> Iterator[tuple[float, str, str]]:
             rng = self._rng("journal", node.host)
@@ -489,7 +496,7 @@ class Bulk:
 
         return kernel, journal
 
-    def _kernel_line(self, node: Node, t: float, rng: random.Random) -> str:
+    def _kernel_line(self, node: Node, t: float, rng: random.Random, later: list[tuple[float, str]]) -> str:
         spec = self.spec
         if spec.lustre_slow and rng.random() < spec.lustre_slow:
             return _lustre_slow(rng, t)
@@ -502,7 +509,7 @@ class Bulk:
         if r < (0.70 if heavy else 0.60):
             return _edac_ce(rng)
         if heavy and r < 0.85:  # a healthy node's kernel holds no Lustre lines unless asked (lustre_slow)
-            return _lustre(rng, t)
+            return _lustre(rng, t, later, mount=f"ffff9a{zlib.crc32(node.host.encode()):08x}")
         if r < 0.92:
             port = ("0000:15:01.0", "0000:27:01.0", "0000:37:01.0", "0000:59:01.0")[rng.randrange(4)]
             return f"pcieport {port}: AER: Corrected error received: {port}"
@@ -568,13 +575,18 @@ def _lustre_slow(rng: random.Random, t: float) -> str:
             f"dl {int(t)} ref 2 fl Rpc:XQr/0/ffffffff rc 0/-1 job:'python3.{rng.randrange(100000, 999999)}'")
 
 
-def _lustre(rng: random.Random, t: float) -> str:
+def _lustre(rng: random.Random, t: float, later: list[tuple[float, str]], mount: str) -> str:
+    """A slow reply, or a lost connection whose restoration (pushed on the `later` heap) follows
+    5-120 s later, as the import recovers (lustre/ptlrpc/import.c): clients never print a
+    restoration of a target they did not lose, nor lose one that is still down.  `mount` is the
+    client's superblock instance, in the name of each of its imports (`scratch-OST0004-osc-<mount>`)."""
+    if rng.random() < 0.75:
+        return _lustre_slow(rng, t)
     ost = rng.randrange(64)
     target = f"scratch-OST{ost:04x}"
     nid = f"10.0.{ost // 16}.{ost % 16 + 10}@o2ib"
-    r = rng.random()
-    if r < 0.5:
+    device = f"{target}-osc-{mount}"
+    if any(f" {device}: " in line for _, line in later):
         return _lustre_slow(rng, t)
-    if r < 0.75:
-        return f"Lustre: {target}-osc-ffff9a{rng.getrandbits(32):08x}: Connection to {target} (at {nid}) was lost; in progress operations using this service will wait for recovery to complete"
-    return f"Lustre: {target}-osc-ffff9a{rng.getrandbits(32):08x}: Connection restored to {target} (at {nid})"
+    heapq.heappush(later, (t + rng.uniform(5, 120), f"Lustre: {device}: Connection restored to {target} (at {nid})"))
+    return f"Lustre: {device}: Connection to {target} (at {nid}) was lost; in progress operations using this service will wait for recovery to complete"

@@ -233,6 +233,39 @@ def test_a_recovered_nfs_outage_does_not_explain_a_later_exception(tmp_path):
     assert (diagnosis.domain, diagnosis.category) == ("application", "app_exception")
 
 
+def lustre(clock: str, ost: int, event: str) -> str:
+    target, nid = f"scratch-OST{ost:04x}", f"10.0.0.{ost}@o2ib"
+    said = {"lost": f"Connection to {target} (at {nid}) was lost; in progress operations using this service will wait for recovery to complete",
+            "restored": f"Connection restored to {target} (at {nid})",
+            "restored_nid": f"Connection restored to {nid} (at {nid})"}[event]  # Lustre 2.8+ names the NID
+    return f"Dec  2 {clock} gpu03 kernel: Lustre: {target}-osc-ffff9a0011223344: {said}\n"
+
+
+KEY_ERROR_AT_13_10 = "[rank5]:[E1202 13:10:00.000000000 train.py:9] step 9\n5: Traceback (most recent call last):\n5: KeyError: 'labels'\n"
+
+
+def test_a_lustre_loss_ends_at_its_own_targets_restoration(tmp_path):
+    """gpu03 loses OST0003 and gets it back in 30 s, long before the job fails; it loses and regains
+    other targets all through the job: the last of those restorations does not stretch the first loss."""
+    syslog = (lustre("13:02:00", 3, "lost") + lustre("13:02:30", 3, "restored_nid")
+              + lustre("13:20:00", 7, "lost") + lustre("13:21:00", 7, "restored"))
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu03/syslog": syslog, "slurm-77.out": nccl_init() + KEY_ERROR_AT_13_10}))
+    assert (diagnosis.domain, diagnosis.category) == ("application", "app_exception")
+
+
+def test_a_lustre_loss_is_not_ended_by_another_targets_restoration(tmp_path):
+    syslog = lustre("13:02:00", 3, "lost") + lustre("13:02:30", 4, "restored")
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu03/syslog": syslog, "slurm-77.out": nccl_init() + KEY_ERROR_AT_13_10}))
+    assert (diagnosis.domain, diagnosis.category) == ("storage", "filesystem_error")
+
+
+def test_an_nfs_outage_is_not_ended_by_another_servers_recovery(tmp_path):
+    syslog = ("Dec  2 13:02:00 gpu03 kernel: nfs: server home01 not responding, still trying\n"
+              "Dec  2 13:02:30 gpu03 kernel: nfs: server scratch02 OK\n")
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu03/syslog": syslog, "slurm-77.out": nccl_init() + KEY_ERROR_AT_13_10}))
+    assert (diagnosis.domain, diagnosis.category) == ("storage", "filesystem_error")
+
+
 def test_oom_kills_on_two_nodes_within_a_second_are_ambiguous(tmp_path):
     oom = "2026-12-02T13:05:0{s},100000+00:00 Out of memory: Killed process 4411 (python) total-vm:200000000kB, anon-rss:190000000kB, file-rss:0kB, shmem-rss:0kB, UID:1001 pgtables:300000kB oom_score_adj:0\n"
     diagnosis = analyze_path(write_job(tmp_path, {"gpu01/dmesg.txt": oom.format(s=0), "gpu02/dmesg.txt": oom.format(s=1)}))

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,29 @@ def test_formats_of_the_versions_in_use(tmp_path: Path) -> None:
     assert "To avoid data inconsistency, we are taking the entire process down." in texts["g_32768_rank_cascade"]
     for noise in ("audit: type=1400", "mlx5_cmd_out_err", "CE memory read error", "Connection restored to"):
         assert noise in texts["c_16n_journal_heavy"]
+
+
+LUSTRE_CONNECTION = re.compile(r"^(\S+) \S+ kernel: Lustre: (\S+): Connection (?:to \S+ \(at [^)]+\) was (lost)|restored to)")
+
+
+def test_a_lustre_client_restores_the_connections_it_lost(tmp_path: Path) -> None:
+    """Each `Connection to <target> ... was lost` is followed 5-120 s later by `Connection restored
+    to` of the same import (lustre/ptlrpc/import.c); no import restores what it did not lose."""
+    folder = tmp_path / "c"
+    write_corpus(SPECS["c_16n_journal_heavy"].scaled(0.01, nodes=2), folder, tmp_path / "truth.json")
+    restored = 0
+    for journal in sorted(folder.glob("*/journal.txt")):
+        down: dict[str, float] = {}
+        for line in journal.read_text().splitlines():
+            m = LUSTRE_CONNECTION.match(line)
+            if not m:
+                continue
+            stamp, device, lost = datetime.fromisoformat(m[1]).timestamp(), m[2], m[3]
+            if lost:
+                assert device not in down, line
+                down[device] = stamp
+            else:
+                assert 5 <= stamp - down.pop(device) <= 121, line
+                restored += 1
+        assert len(down) <= 2  # a loss in the last two minutes may outlive the log
+    assert restored >= 10
