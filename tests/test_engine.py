@@ -266,6 +266,23 @@ def test_an_nfs_outage_is_not_ended_by_another_servers_recovery(tmp_path):
     assert (diagnosis.domain, diagnosis.category) == ("storage", "filesystem_error")
 
 
+LINK_DOWN_GPU01_13_20_30 = "Dec  2 13:20:30 gpu01 kernel: mlx5_core 0000:3b:00.0 ibp59s0: Link down\n"
+
+
+def test_an_outage_on_a_node_whose_filesystem_drops_all_day_does_not_outrank_a_fault_elsewhere(tmp_path):
+    """gpu03's Lustre dropped and came back harmlessly three times during the job; a fourth loss,
+    still open when gpu01's link goes down, is routine there: the link is the origin.  Without the
+    harmless history the earlier loss stays the origin."""
+    routine = "".join(lustre(f"13:0{m}:00", m, "lost") + lustre(f"13:0{m}:40", m, "restored") for m in (2, 4, 6))
+    open_loss = lustre("13:20:00", 9, "lost")
+    files = {"gpu03/syslog": routine + open_loss, "gpu01/syslog": LINK_DOWN_GPU01_13_20_30}
+    diagnosis = analyze_path(write_job(tmp_path / "routine", files))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.culprit_nodes) == ("network", "link_down", ["gpu01"])
+    files["gpu03/syslog"] = open_loss
+    diagnosis = analyze_path(write_job(tmp_path / "once", files))
+    assert (diagnosis.domain, diagnosis.category) == ("storage", "filesystem_error")
+
+
 def test_oom_kills_on_two_nodes_within_a_second_are_ambiguous(tmp_path):
     oom = "2026-12-02T13:05:0{s},100000+00:00 Out of memory: Killed process 4411 (python) total-vm:200000000kB, anon-rss:190000000kB, file-rss:0kB, shmem-rss:0kB, UID:1001 pgtables:300000kB oom_score_adj:0\n"
     diagnosis = analyze_path(write_job(tmp_path, {"gpu01/dmesg.txt": oom.format(s=0), "gpu02/dmesg.txt": oom.format(s=1)}))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from slurm_attrib.engine.correlate import SKEW
 from slurm_attrib.engine.events import Event, is_failed_task
@@ -178,6 +178,22 @@ def discount_recovered_storage(events: list[Event]) -> None:
         if ended is not None and not _any_between(failures, event.time, ended + RECOVERY_GRACE):
             event.role = "context"
             event.notes["recovered"] = "the filesystem came back before anything failed"
+    _weaken_routine_outages(events)
+
+
+ROUTINE_RECOVERIES = 3  # harmless recoveries on one node that make its next outage routine
+
+
+def _weaken_routine_outages(events: list[Event]) -> None:
+    """On a node whose filesystem dropped and came back harmlessly again and again during the job,
+    one more outage is what that node does all day: a generic lead (strength 1), which a specific
+    fault elsewhere outranks, not a finding that outranks it by being earlier."""
+    harmless = Counter(e.node for e in events if "recovered" in e.notes and "outside_window" not in e.notes)
+    for event in events:
+        if (event.role == "cause" and event.category == "filesystem_error" and event.strength > 1
+                and harmless[event.node] >= ROUTINE_RECOVERIES):
+            event.strength = 1
+            event.notes["routine"] = f"the filesystem dropped and came back {harmless[event.node]} times on this node while the job ran"
 
 
 def _connection(event: Event) -> str | None:
