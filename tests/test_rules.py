@@ -281,6 +281,26 @@ def test_a_validated_pack_is_cached_and_any_change_validates_again(tmp_path, mon
         load_rules([site])  # the changed file is validated, not served from the cache
 
 
+def test_packs_used_in_turn_are_each_served_from_the_cache(tmp_path, monkeypatch):
+    """With and without a site folder (or two installs) in turn: neither validates again."""
+    from slurm_attrib.ruleset import loader
+
+    cache, site = tmp_path / "cache", tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setenv("SATTRIB_CACHE_DIR", str(cache))
+    _write(site, GOOD_RULE)
+    with_site, bundled = load_rules([site]), load_rules([])
+    monkeypatch.setattr(loader, "_validate", lambda files: pytest.fail("validated again"))
+    assert (load_rules([site]), load_rules([]), load_rules([site])) == (with_site, bundled, with_site)
+    assert len(list(cache.glob("rules-*.pickle"))) == 2
+
+
+def test_a_cache_folder_that_cannot_be_made_only_costs_time(tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("SATTRIB_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    assert [r.id for r in load_rules()] == [r.id for r in RULES]
+
+
 @pytest.mark.parametrize("name", ["Rule", "Match", "EventSpec", "Examples", "MatchExample"])
 def test_the_cached_rule_classes_hold_every_field_the_schema_validates(name):
     """spec's plain classes (what the cache keeps) and schema's pydantic models (what validates a
