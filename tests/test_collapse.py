@@ -4,6 +4,7 @@ last time per side of the job's window, never one event per line, and never mixe
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 from pydantic import ValidationError
@@ -13,7 +14,7 @@ from slurm_attrib.engine.pipeline import _scanner, analyze_path
 from slurm_attrib.ingest.layout import load_evidence
 from slurm_attrib.ruleset.loader import load_rules
 from slurm_attrib.ruleset.scanner import Regex
-from slurm_attrib.ruleset.spec import Rule
+from slurm_attrib.ruleset.schema import RuleModel
 from tests.test_engine import write_job
 
 AER = "2026-12-02T13:{m:02d}:{s:02d}+0000 gpu02 kernel: pcieport 0000:27:01.0: AER: Corrected error received: 0000:27:01.0\n"
@@ -60,15 +61,15 @@ def test_a_line_another_program_filed_never_joins_the_kernels_count(tmp_path):
 
 def test_only_context_collapses_and_only_by_its_own_groups():
     rule = next(r for r in load_rules() if r.id == "host.pcie_aer_corrected")
-    data = rule.model_dump()
+    data = dataclasses.asdict(rule)
     wrong_role = copy.deepcopy(data)
     wrong_role["event"].update(role="cause", category="pcie_error")
     with pytest.raises(ValidationError, match="only context collapses"):
-        Rule.model_validate(wrong_role)
+        RuleModel.model_validate(wrong_role)
     unknown_group = copy.deepcopy(data)
     unknown_group["event"]["collapse"] = ["pci", "no_such_group"]
     with pytest.raises(ValidationError, match="no_such_group"):
-        Rule.model_validate(unknown_group)
+        RuleModel.model_validate(unknown_group)
 
 
 @pytest.mark.parametrize("line", [

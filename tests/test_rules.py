@@ -281,6 +281,43 @@ def test_a_validated_pack_is_cached_and_any_change_validates_again(tmp_path, mon
         load_rules([site])  # the changed file is validated, not served from the cache
 
 
+def test_packs_used_in_turn_are_each_served_from_the_cache(tmp_path, monkeypatch):
+    """With and without a site folder (or two installs) in turn: neither validates again."""
+    from slurm_attrib.ruleset import loader
+
+    cache, site = tmp_path / "cache", tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setenv("SATTRIB_CACHE_DIR", str(cache))
+    _write(site, GOOD_RULE)
+    with_site, bundled = load_rules([site]), load_rules([])
+    monkeypatch.setattr(loader, "_validate", lambda files: pytest.fail("validated again"))
+    assert (load_rules([site]), load_rules([]), load_rules([site])) == (with_site, bundled, with_site)
+    assert len(list(cache.glob("rules-*.pickle"))) == 2
+
+
+def test_a_cache_folder_that_cannot_be_made_only_costs_time(tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("SATTRIB_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    assert [r.id for r in load_rules()] == [r.id for r in RULES]
+
+
+@pytest.mark.parametrize("name", ["Rule", "Match", "EventSpec", "Examples", "MatchExample"])
+def test_the_cached_rule_classes_hold_every_field_the_schema_validates(name):
+    """spec's plain classes (what the cache keeps) and schema's pydantic models (what validates a
+    file) name the same fields with the same defaults: a field added to one only fails here."""
+    from dataclasses import MISSING, fields
+
+    from slurm_attrib.ruleset import schema, spec
+
+    model = getattr(schema, {"EventSpec": "EventModel"}.get(name, f"{name}Model"))
+    plain = {f.name: f for f in fields(getattr(spec, name))}
+    assert list(plain) == list(model.model_fields)
+    for field_name, info in model.model_fields.items():
+        default = plain[field_name].default_factory() if plain[field_name].default_factory is not MISSING else plain[field_name].default
+        expected = MISSING if info.is_required() else info.get_default(call_default_factory=True)
+        assert (field_name, default) == (field_name, expected)
+
+
 def test_a_cache_file_others_can_write_is_ignored(tmp_path, monkeypatch):
     cache, site = tmp_path / "cache", tmp_path / "site"
     site.mkdir()
@@ -512,7 +549,8 @@ def test_lsf_termination_reasons_decide_the_domain_through_the_code_table(line, 
 
 
 def test_a_warm_cache_reads_no_yaml(tmp_path):
-    """With the rule pack, code tables and Xid catalog cached, an analysis imports no YAML parser."""
+    """With the rule pack, code tables and Xid catalog cached, an analysis imports no YAML parser
+    and builds no pydantic model of a rule (the schema that validates rule files)."""
     import os
     import subprocess
     import sys
@@ -522,12 +560,12 @@ def test_a_warm_cache_reads_no_yaml(tmp_path):
         "import sys; from slurm_attrib import cli\n"
         f"sys.argv = ['sattrib', 'analyze', {str(sample)!r}, '--output', {str(tmp_path / 'out.json')!r}]\n"
         "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
-        "print('yaml' in sys.modules)\n"
+        "print('slurm_attrib.ruleset.schema' in sys.modules, 'yaml' in sys.modules)\n"
     )
     env = {**os.environ, "SATTRIB_CACHE_DIR": str(tmp_path / "cache")}
     runs = [subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, check=True)
             for _ in range(2)]
-    assert [run.stdout.split()[-1] for run in runs] == ["True", "False"]
+    assert [run.stdout.split()[-2:] for run in runs] == [["True", "True"], ["False", "False"]]
     assert (tmp_path / "out.json").read_text().count('"gpu_fell_off_bus"') >= 1
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from slurm_attrib.errors import RuleError
 from slurm_attrib.paths import bundled_dir
 from slurm_attrib.ruleset import spec
@@ -66,12 +64,15 @@ def load_rules(extra_dirs: list[Path] | None = None) -> list[Rule]:
 
     Validating ~300 rules (their regexes compiled) costs most of a short run's time, so a pack
     validated once is kept in the user's cache (ruleset.cache), keyed by the bytes of every rule
-    file and of the model: any change to a file, or a different set of files, validates again."""
+    file, of the schema that validates them and of the classes the pickle holds: any change to a
+    file, or a different set of files, validates again.  The schema's path is found without
+    importing it: a warm cache builds no pydantic model."""
     folders = [bundled_dir("rules"), *(extra_dirs or [])]
     files = rule_files(folders)
+    schema = Path(spec.__file__).with_name("schema.py")
     return cached(
         "rules",
-        [Path(spec.__file__), *files],  # the model the pickle holds, then the rule files
+        [Path(spec.__file__), schema, *files],
         lambda: _validate(files),
         lambda rules: isinstance(rules, list) and all(isinstance(r, Rule) for r in rules),
     )
@@ -117,9 +118,13 @@ def _documents(path: Path, problems: list[str]) -> list[tuple[int, dict]]:
 
 
 def _parse_rule(path: Path, line: int, document: dict, problems: list[str]) -> Rule | None:
+    from pydantic import ValidationError
+
+    from slurm_attrib.ruleset.schema import RuleModel
+
     rule_id = document.get("id", "?")
     try:
-        return Rule.model_validate(document)
+        return RuleModel.model_validate(document).to_rule()
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
             where = ".".join(str(part) for part in error["loc"]) or "rule"

@@ -1,4 +1,4 @@
-"""The YAML rule format, as pydantic models.
+"""The YAML rule format, and the form the scanner reads it in (plain frozen classes).
 
 One rule turns one log line (or a short block starting at that line) into an event:
 
@@ -38,21 +38,25 @@ user, and a backtracking engine lets one line hang the analysis.  RE2 has no loo
 backreference; `requires` and `capture` take the place of a lookahead, `unless` of a negative one.
 A pattern RE2 cannot run is refused when the rule loads.  RE2's classes (`\\d`, `\\w`, `\\s`,
 `\\b`) are ASCII, and `$` is the end of the text only (`\\z`; Python's `\\Z` is not RE2 syntax).
+
+A rule file is validated by the pydantic models of ruleset/schema.py, and held as the classes
+below: the user's cache (ruleset/cache.py) keeps these, so an analysis with a warm cache builds
+no pydantic model of a rule (the classes cost ~7 ms to build, their pickled instances ~9 ms to load).
 """
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Literal
+from typing import Any
 
 import re2
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, DOMAIN_OF_CATEGORY, SOURCE_KINDS
+from slurm_attrib.vocab import SOURCE_KINDS
 
-FieldCast = Literal["int", "float", "str", "lower", "pci"]
-RULE_ID = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")  # used with fullmatch
+# A rule's sources by default: every kind of log; the metrics connector's change lines only for
+# rules that name it.
+DEFAULT_SOURCES = [k for k in SOURCE_KINDS if k != "metrics"]
 
 
 @cache
@@ -65,65 +69,34 @@ def compiled(pattern: str, ignore_case: bool = False):
     return re2.compile(pattern, options)
 
 
-def _check_compiles(what: str, pattern: str) -> None:
-    try:
-        compiled(pattern)
-    except re2.error as exc:
-        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        raise ValueError(
-            f"{what} {pattern!r} does not compile for RE2, the linear-time engine (no lookaround, no backreference): {reason}"
-        ) from None
+def group_names(capture: list[str], requires: list[str], regex: str) -> list[str]:
+    """The named groups of every regex that gives fields: capture, requires, then regex."""
+    return [name for pattern in [*capture, *requires, regex] for name in compiled(pattern).groupindex]
 
 
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Match(StrictModel):
-    contains: list[str] = Field(min_length=1)
+@dataclass(frozen=True)
+class Match:
+    contains: list[str]
     regex: str
-    unless: list[str] = []
-    requires: list[str] = []
-    capture: list[str] = []
-    following: int = Field(default=0, ge=0, le=40)
+    unless: list[str] = field(default_factory=list)
+    requires: list[str] = field(default_factory=list)
+    capture: list[str] = field(default_factory=list)
+    following: int = 0
     ignore_case: bool = False
 
-    @field_validator("contains")
-    @classmethod
-    def _literals_not_empty(cls, value: list[str]) -> list[str]:
-        if any(len(literal) < 3 for literal in value):
-            raise ValueError("each 'contains' literal needs at least 3 characters")
-        return value
-
-    @field_validator("regex")
-    @classmethod
-    def _regex_compiles(cls, value: str) -> str:
-        _check_compiles("regex", value)
-        return value
-
-    @field_validator("unless", "requires", "capture")
-    @classmethod
-    def _list_compiles(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            _check_compiles("regex", pattern)
-        return value
-
     def group_names(self) -> list[str]:
-        """The named groups of every regex that gives fields: capture, requires, then regex."""
-        return [name for pattern in [*self.capture, *self.requires, self.regex] for name in compiled(pattern).groupindex]
+        return group_names(self.capture, self.requires, self.regex)
 
 
-class EventSpec(StrictModel):
-    type: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+@dataclass(frozen=True, kw_only=True)
+class EventSpec:
+    type: str
     domain: str
     category: str | None = None
-    role: Literal["cause", "symptom", "context", "marker"]
-    severity: Literal["info", "warning", "error", "critical"] = "error"
-    strength: int = Field(default=2, ge=1, le=3)
+    role: str
+    severity: str = "error"
+    strength: int = 2
     hook: str | None = None
-    # A second-look rule: generic wording (a component named next to a failure word) that is read
-    # only when the rules proper found no origin at all; its cause is a lead (quality
-    # `insufficient`), never drained.  A fallback marker (work going on) weighs the leads.
     fallback: bool = False
     # Noise a node prints all day (corrected PCIe/DRAM errors, NIC command errors): the judgement
     # reads how many, when first and when last, not each line; building one event per line cost
@@ -131,71 +104,40 @@ class EventSpec(StrictModel):
     # symptom and marker line is read on its own.
     collapse: list[str] | None = None
 
-    @model_validator(mode="after")
-    def _category_fits_domain(self) -> "EventSpec":
-        if self.domain not in CATEGORIES_BY_DOMAIN:
-            raise ValueError(f"domain {self.domain!r} is not one of {', '.join(CATEGORIES_BY_DOMAIN)}")
-        if self.category is not None and DOMAIN_OF_CATEGORY.get(self.category) != self.domain:
-            raise ValueError(f"category {self.category!r} does not belong to domain {self.domain!r}")
-        if self.role == "cause" and self.category is None:
-            raise ValueError("a cause needs a category")
-        if self.fallback and self.role not in ("cause", "marker"):
-            raise ValueError("a fallback rule gives a lead (a cause) or a marker the second look weighs it by")
-        if self.collapse is not None and self.role != "context":
-            raise ValueError("only context collapses: a cause, symptom or marker line is read on its own")
-        return self
 
-
-class MatchExample(StrictModel):
+@dataclass(frozen=True)
+class MatchExample:
     line: str
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = field(default_factory=dict)
     kind: str | None = None
 
 
-class Examples(StrictModel):
-    match: list[MatchExample] = Field(min_length=1)
-    no_match: list[str] = Field(min_length=1)
+@dataclass(frozen=True)
+class Examples:
+    match: list[MatchExample]
+    no_match: list[str]
 
 
-class Rule(StrictModel):
+@dataclass(frozen=True, kw_only=True)
+class Rule:
     id: str
-    title: str = Field(max_length=100)
+    title: str
     description: str = ""
-    # default: every kind of log; the metrics connector's change lines only for rules that name it
-    sources: list[str] = [k for k in SOURCE_KINDS if k != "metrics"]
+    sources: list[str] = field(default_factory=DEFAULT_SOURCES.copy)
     match: Match
-    fields: dict[str, FieldCast] = {}
+    fields: dict[str, str] = field(default_factory=dict)
     event: EventSpec
-    references: list[str] = Field(min_length=1)
+    references: list[str]
     examples: Examples
-    status: Literal["stable", "test", "experimental"] = "stable"
+    status: str = "stable"
 
-    @field_validator("id")
     @classmethod
-    def _id_shape(cls, value: str) -> str:
-        if not RULE_ID.fullmatch(value):
-            raise ValueError("id must be dotted lowercase words, e.g. 'gpu.xid'")
-        return value
-
-    @field_validator("sources")
-    @classmethod
-    def _known_sources(cls, value: list[str]) -> list[str]:
-        unknown = sorted(set(value) - set(SOURCE_KINDS))
-        if unknown:
-            raise ValueError(f"unknown source kind(s) {unknown}; known: {', '.join(SOURCE_KINDS)}")
-        return value
-
-    @model_validator(mode="after")
-    def _fields_are_groups(self) -> "Rule":
-        names = self.match.group_names()
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:
-            raise ValueError(f"group(s) {twice} are named in more than one of match.regex, requires, capture")
-        groups = set(names)
-        missing = sorted(set(self.fields) - groups)
-        if missing:
-            raise ValueError(f"fields {missing} are not named groups of match.regex")
-        unknown = sorted(set(self.event.collapse or []) - groups)
-        if unknown:
-            raise ValueError(f"event.collapse names {unknown}, which are not named groups of the rule's regexes")
-        return self
+    def from_dict(cls, data: dict[str, Any]) -> "Rule":
+        """The rule of a validated document (schema.RuleModel.model_dump())."""
+        examples = data["examples"]
+        return cls(**{
+            **data,
+            "match": Match(**data["match"]),
+            "event": EventSpec(**data["event"]),
+            "examples": Examples([MatchExample(**m) for m in examples["match"]], examples["no_match"]),
+        })
