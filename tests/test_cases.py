@@ -18,7 +18,7 @@ from support import sattrib_argv
 DATA = Path(__file__).resolve().parent / "data"
 REQUIRED = {"domain", "category", "culprit_nodes"}
 CHECKED = REQUIRED | {"category_allowed", "culprit_match", "quality_allowed", "drain_nodes", "drain_alternatives",
-                      "symptoms", "known_miss"}
+                      "symptoms", "known_miss", "outcome_state"}
 PROSE = {"source", "how_established", "label_confidence", "note"}  # for the reader; not checked
 CASES = sorted(str(p.parent.relative_to(DATA)) for p in DATA.glob("*/*/expected.yaml"))
 
@@ -63,6 +63,8 @@ def test_case(case):
         assert set(culprits) <= set(got["culprit_nodes"]), summary
     if "quality_allowed" in expected:
         assert got["quality"] in expected["quality_allowed"], summary
+    if "outcome_state" in expected:
+        assert got["outcome"]["state"] == expected["outcome_state"], got["outcome"]
     drained = sorted(d["node"] for d in got["drain"])
     if "drain_nodes" in expected:
         allowed = [sorted(expected["drain_nodes"]), *(sorted(d) for d in expected.get("drain_alternatives") or [])]
