@@ -71,7 +71,11 @@ from slurm_attrib.capture.common import CaptureError, KeptLines, expand_output_p
 from slurm_attrib.config import SourceConfig
 from slurm_attrib.provenance import Provenance, vouched
 
-CHUNK = 1 << 20
+# Reads stay under glibc's 128 KiB mmap threshold: freeing a larger buffer raises that threshold
+# (up to 32 MiB) and the trim threshold with it, and every thread's malloc arena then keeps
+# megabytes it has freed (peak RSS +20 MB on a node with a 200 MB job output).
+CHUNK = 64 * 1024
+PIPE_SIZE = 1 << 20
 MAX_LINE_SCAN = 64 * 1024
 MAX_LINE_KEEP = 4096
 MAX_GLOB_FILES = 32
@@ -505,7 +509,7 @@ def _grow_pipe(f) -> None:
     try:
         import fcntl
 
-        fcntl.fcntl(f.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), CHUNK)
+        fcntl.fcntl(f.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
     except (OSError, ImportError):
         pass
 
@@ -762,7 +766,7 @@ def read_file(src: SourceConfig, path: str, ctx: dict, res: dict, sink_factory, 
                 if time.monotonic() > deadline:
                     res["line_base_known"] = False
                     break
-                data = os.pread(fd, min(CHUNK * 4, start - pos), pos)
+                data = os.pread(fd, min(CHUNK, start - pos), pos)
                 if not data:
                     break
                 base += data.count(b"\n")
