@@ -805,7 +805,7 @@ def read_file(src: SourceConfig, path: str, ctx: dict, res: dict, sink_factory, 
     _finish(res, sink, base, deadline)
     if read_failed:
         return
-    notes = res["detail"]
+    notes, res["detail"] = res["detail"], ""
     if timed_out:
         res["status"], res["detail"] = "timeout", f"read not finished within {src.timeout:g}s (or the epilog bound)"
     elif truncated:
