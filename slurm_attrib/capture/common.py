@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import time
+from array import array
 from dataclasses import dataclass
 
 from slurm_attrib import atomic, hostlist
@@ -87,6 +88,56 @@ def log_syslog(ident: str, message: str, error: bool = True) -> None:
         syslog.syslog(syslog.LOG_ERR if error else syslog.LOG_INFO, message[:2000])
     except Exception:
         pass
+
+
+# --------------------------------------------------------------------------- kept lines
+
+_encode_text = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) writes for a str
+
+
+class KeptLines:
+    """A source's kept lines, the bundle's `lines` ([line number, text] pairs in line order), held
+    as their JSON text in one buffer: a Python list would cost a list, an int and a str per line
+    (about 150 bytes over the text) for up to a bundle's worth of lines.  The bundle writer
+    (epilog.gzip_json) copies `json_parts()` as they are.  Iterating decodes the pairs."""
+
+    def __init__(self, pairs=()):
+        self.body = bytearray()  # `[n,"text"],[n,"text"]`: the array without its brackets
+        self.starts = array("Q")  # where each pair starts in body (at its comma)
+        self.last_lineno: int | None = None
+        for lineno, text in pairs:
+            self.append(lineno, text)
+
+    def append(self, lineno: int, text: bytes) -> None:
+        """The line numbered `lineno` (UTF-8, invalid bytes replaced), after the lines held; a
+        repeat of the last line number is skipped."""
+        if lineno == self.last_lineno:
+            return
+        self.last_lineno = lineno
+        self.starts.append(len(self.body))
+        quoted = _encode_text(text.decode("utf-8", "replace")).encode("utf-8")
+        self.body += b"%s[%d,%s]" % (b"," if len(self.starts) > 1 else b"", lineno, quoted)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __iter__(self):
+        ends = [*self.starts[1:], len(self.body)]
+        for start, end in zip(self.starts, ends):
+            lineno, text = json.loads(self.body[start:end].lstrip(b","))
+            yield lineno, text
+
+    def without(self, start: int, stop: int) -> KeptLines:
+        """These lines but the ones at positions start to stop-1 (0 < start <= stop < len)."""
+        out = KeptLines()
+        cut, resume = self.starts[start], self.starts[stop]
+        out.body = self.body[:cut] + self.body[resume:]
+        out.starts = self.starts[:start] + array("Q", (at - (resume - cut) for at in self.starts[stop:]))
+        out.last_lineno = self.last_lineno
+        return out
+
+    def json_parts(self) -> tuple[bytes, bytearray, bytes]:
+        return b"[", self.body, b"]"
 
 
 # --------------------------------------------------------------------------- hostlists

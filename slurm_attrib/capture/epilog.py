@@ -32,6 +32,7 @@ from slurm_attrib.capture.common import (
     BUNDLE_FORMAT,
     BUNDLE_VERSION,
     ROOT_ONLY,
+    KeptLines,
     SpoolAccess,
     atomic_write,
     expand_hostlist,
@@ -291,8 +292,8 @@ class Epilog:
             biggest = max(bundle["sources"], key=lambda r: len(r.get("lines") or []), default=None)
             if not biggest or len(biggest.get("lines") or []) <= 2:
                 break
-            lines = biggest["lines"]
-            biggest["lines"] = [lines[0]] + lines[len(lines) // 2 :]
+            lines, half = biggest["lines"], len(biggest["lines"]) // 2
+            biggest["lines"] = lines.without(1, half) if isinstance(lines, KeptLines) else [lines[0], *lines[half:]]
             biggest["lines_kept"] = len(biggest["lines"])
             biggest["detail"] = (biggest.get("detail", "") + "; older kept lines dropped (bundle_max_bytes)").lstrip("; ")
             if biggest["status"] == "ok":
@@ -350,23 +351,51 @@ class Epilog:
 
 def gzip_json(value) -> tuple[int, bytes]:
     """(size of the JSON text, its gzip): encoded and compressed piece by piece, so the bundle's
-    text (up to bundle_max_bytes) is never held whole, nor its UTF-8 copy."""
-    encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+    text (up to bundle_max_bytes) is never held whole, nor its UTF-8 copy; KeptLines are
+    compressed from their own JSON."""
     gz = zlib.compressobj(5, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip framing, mtime 0
     out, pending, size, raw = [], [], 0, 0
-    for piece in encoder.iterencode(value):
-        pending.append(piece)
-        size += len(piece)
-        if size >= 1 << 16:
-            data = "".join(pending).encode("utf-8", "replace")
-            raw += len(data)
-            out.append(gz.compress(data))
+
+    def compress(data) -> None:
+        nonlocal raw
+        raw += len(data)
+        out.append(gz.compress(data))
+
+    for piece in _json_pieces(value, json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))):
+        if isinstance(piece, str):
+            pending.append(piece)
+            size += len(piece)
+            if size < 1 << 16:
+                continue
+        if pending:
+            compress("".join(pending).encode("utf-8", "replace"))
             pending, size = [], 0
-    data = "".join(pending).encode("utf-8", "replace")
-    raw += len(data)
-    out.append(gz.compress(data))
+        if not isinstance(piece, str):
+            compress(piece)
+    compress("".join(pending).encode("utf-8", "replace"))
     out.append(gz.flush())
     return raw, b"".join(out)
+
+
+def _json_pieces(value, encoder: json.JSONEncoder):
+    """The JSON text of `value`: str pieces, and the UTF-8 JSON that KeptLines hold, in order."""
+    if isinstance(value, KeptLines):
+        yield from value.json_parts()
+    elif isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        yield "{"
+        for i, (key, item) in enumerate(value.items()):
+            yield ("," if i else "") + encoder.encode(key) + ":"
+            yield from _json_pieces(item, encoder)
+        yield "}"
+    elif isinstance(value, list) and any(isinstance(item, dict) for item in value):
+        yield "["
+        for i, item in enumerate(value):
+            if i:
+                yield ","
+            yield from _json_pieces(item, encoder)
+        yield "]"
+    else:
+        yield from encoder.iterencode(value)
 
 
 def write_from_child(root: str, subdirs: list[str], name: str, data: bytes, access: SpoolAccess,

@@ -178,6 +178,37 @@ def test_garbage_bytes(node):
     assert json.dumps(node.bundle())  # valid JSON, text decoded
 
 
+def test_a_file_read_whole_over_its_share_says_so_once(node):
+    node.config["bundle_max_bytes"] = 64 * 1024
+    (node.tmp / "kernel.log").write_text("".join(f"kernel: line {i} {XID}\n" for i in range(1, 5001)))
+    node.source(name="kernel", kind="kernel", path=str(node.tmp / "kernel.log"))
+    rc, _ = node.run()
+    assert rc == 0
+    kernel = source_of(node.bundle(), "kernel")
+    assert kernel["status"] == "ok" and kernel["lines"][-1][0] == 5000
+    assert kernel["detail"] == f"{5000 - kernel['lines_kept'] + 1} older kept lines dropped (bundle share full)"
+
+
+def test_bundle_over_its_limit_drops_older_kept_lines(node):
+    """Control characters take six bytes each in JSON: kept lines within their share can still
+    make the bundle too big, and then the older half of the biggest source goes, its first line kept."""
+    limit = 256 * 1024
+    node.config["bundle_max_bytes"] = limit
+    lines = [f"kernel: line {i} {XID} " + "\x01" * 100 for i in range(1, 2001)]
+    (node.tmp / "kernel.log").write_text("\n".join(lines) + "\n")
+    node.source(name="kernel", kind="kernel", path=str(node.tmp / "kernel.log"))
+    rc, _ = node.run()
+    assert rc == 0
+    with gzip.open(node.bundle_path()) as f:
+        assert len(f.read()) <= limit
+    kernel = source_of(node.bundle(), "kernel")
+    assert kernel["status"] == "truncated" and "older kept lines dropped (bundle_max_bytes)" in kernel["detail"]
+    nums = [n for n, _ in kernel["lines"]]
+    assert nums[0] == 1 and nums[-1] == 2000 and nums[1:] == list(range(nums[1], 2001)) and nums[1] > 1000
+    assert kernel["lines_kept"] == len(nums)
+    assert all(text == lines[n - 1] for n, text in kernel["lines"])
+
+
 def test_sigkill_during_write_leaves_no_partial_bundle(node):
     kernel_file(node.tmp, total=20000)
     node.source(name="kernel", kind="kernel", path=str(node.tmp / "kernel-%N.log"), prefilter=False)
