@@ -117,6 +117,19 @@ def analyze(path: Path, fmt: str, output: Path | None, rule_dirs: tuple[Path, ..
 
 
 @main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@_rule_dirs_option
+def explain(path: Path, rule_dirs: tuple[Path, ...]) -> None:
+    """How the diagnosis of PATH was reached: the cause, the relations (rules/relations) that
+    changed it or tied its symptoms to it, and what they set aside or promoted."""
+    from slurm_attrib.engine.pipeline import judge_path
+    from slurm_attrib.proof import proof_tree
+
+    diagnosis, events = judge_path(path, rule_dirs)
+    click.echo(proof_tree(diagnosis, events), nl=False)
+
+
+@main.command()
 @click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="text", show_default=True)
 def demo(fmt: str) -> None:
     """Diagnose the bundled sample job (8 nodes, 64 ranks, an Xid 79); no Slurm needed."""
@@ -155,7 +168,8 @@ def rules_list(rule_dirs: tuple[Path, ...]) -> None:
 @rules.command("test")
 @_rule_dirs_option
 def rules_test(rule_dirs: tuple[Path, ...]) -> None:
-    """Check every rule against its own examples and the wordings catalogue; exit 1 on any failure."""
+    """Check every rule against its own examples, the wordings catalogue, and every relation against
+    its own tests (rules/relations); exit 1 on any failure."""
     from slurm_attrib.ruleset.loader import load_rules
     from slurm_attrib.ruleset.selftest import check_rules
     from slurm_attrib.ruleset.wordings import check_catalogue
@@ -170,8 +184,21 @@ def rules_test(rule_dirs: tuple[Path, ...]) -> None:
     for problem in uncovered:
         click.echo(f"UNCOVERED {problem}")
     click.echo(f"{wordings} catalogued wordings: {len(uncovered)} not covered as stated")
-    if failures or uncovered:
+    relation_failures = _test_relations(tuple(rule_dirs))
+    if failures or uncovered or relation_failures:
         sys.exit(1)
+
+
+def _test_relations(rule_dirs: tuple[Path, ...]) -> list:
+    from slurm_attrib.engine.relate import relations
+    from slurm_attrib.engine.relation_tests import check_relation
+
+    loaded = relations(rule_dirs)
+    failures = [failure for relation in loaded for failure in check_relation(relation, rule_dirs)]
+    for failure in failures:
+        click.echo(str(failure))
+    click.echo(f"{len(loaded)} relations, {sum(len(r.tests) for r in loaded)} tests: {len(failures)} failed")
+    return failures
 
 
 @main.command()

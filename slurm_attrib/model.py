@@ -136,3 +136,5 @@ class Diagnosis(Model):
     coverage: list[CoverageItem] = []
     rules_fired: list[str] = []
     notes: list[str] = []
+    # The relations (rules/relations) that decided the cause and its symptoms; `sattrib explain` shows how
+    decided_by: list[str] = []

@@ -1,51 +1,18 @@
-"""Correlation across nodes: the job window, Xid bursts, cause-to-symptom links, hangs."""
+"""Correlation across nodes: recurring application Xids, cause-to-symptom links, hangs."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
 from slurm_attrib.engine.events import Event
-from slurm_attrib.engine.jobwindow import BEFORE, INSIDE, window_side
 from slurm_attrib.ingest.types import JobContext
 
-XID_BURST_SILENCE = 180.0  # NVIDIA Fleet Intelligence: a burst ends after 3 minutes of silence
 SKEW = 5.0  # clocks of different nodes may differ by this much: events closer are not ordered
 INHERITED_SKEW = 120.0  # a line without its own time is placed only roughly by its neighbours
 EXPLAIN_HORIZON = 3600.0  # a cause explains what follows it within this time
 # Events that say a collective stalled: watchdog timeouts, "Some NCCL operations have failed or
 # timed out", the heartbeat monitor's "watchdog got stuck".
 HANG_TYPES = frozenset({"collective_timeout", "collective_failure", "watchdog_hang"})
-
-
-def apply_job_window(events: list[Event], job: JobContext) -> None:
-    """Events outside the job's window are context: a stale Xid from an earlier job is no cause."""
-    for event in events:
-        if event.time is None or event.role == "marker":
-            continue
-        side = window_side(event.time, job)
-        if side != INSIDE:
-            event.notes["outside_window"] = "before the job started" if side == BEFORE else "after the job ended"
-            event.role = "context"
-
-
-def link_xid_bursts(events: list[Event]) -> None:
-    """Within one node's Xid burst, follow-on Xids (45, 154) are symptoms of the burst's first cause."""
-    by_node: dict[str | None, list[Event]] = defaultdict(list)
-    for event in events:
-        if event.type == "gpu_xid":
-            by_node[event.node].append(event)
-    for node_events in by_node.values():
-        node_events.sort(key=lambda e: e.sort_key)
-        burst_cause: Event | None = None
-        last_time: float | None = None
-        for event in node_events:
-            if event.time is not None and last_time is not None and event.time - last_time > XID_BURST_SILENCE:
-                burst_cause = None
-            last_time = event.time if event.time is not None else last_time
-            if event.role == "cause" and burst_cause is None:
-                burst_cause = event
-            elif event.role == "symptom" and burst_cause is not None:
-                event.explained_by = burst_cause
 
 
 # NVIDIA's investigatory workflows for Xid 13 and 31 (domain-facts: WORKFLOW_XID_13/31): an
@@ -79,30 +46,6 @@ def recurring_application_xids(events: list[Event]) -> None:
                                    "while the node's other GPUs showed none: the GPU is suspect")
 
 
-CE_REPEAT = 5  # corrected memory-error reports on one node that make a failing DIMM
-
-
-def repeated_corrected_memory_errors(events: list[Event], job: JobContext) -> list[Event]:
-    """One corrected DRAM error is harmless; a node reporting them again and again has a failing
-    DIMM (the error handler falls behind, uncorrectable errors tend to follow).  Only when nothing
-    else explains a job that did not complete: the first report of each node with at least
-    CE_REPEAT of them becomes a weak host-hardware cause (returned)."""
-    if job.state == "COMPLETED":
-        return []
-    promoted = []
-    by_node: dict[str | None, list[Event]] = defaultdict(list)
-    for event in events:
-        if event.type == "host_memory_ce" and event.role == "context" and "outside_window" not in event.notes:
-            by_node[event.node].append(event)
-    for node, reports in by_node.items():
-        count = sum(e.repeats for e in reports)
-        if count < CE_REPEAT:
-            continue
-        first = min(reports, key=lambda e: e.sort_key)
-        first.role, first.category, first.strength = "cause", "host_hardware_other", 1
-        first.notes["inferred"] = f"{count} corrected memory-error reports{' on ' + node if node else ''}: a failing DIMM"
-        promoted.append(first)
-    return promoted
 
 
 def explains(cause: Event, effect: Event) -> bool:

@@ -6,7 +6,8 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from slurm_attrib.engine import assemble, correlate, reconcile
+from slurm_attrib.engine import assemble, correlate, reconcile, relate
+from slurm_attrib.engine.checks import JudgeContext
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
 from slurm_attrib.ingest.gpuids import gpu_identities
@@ -35,12 +36,15 @@ class Verdict:
     hang: HangFinding | None = None  # the rank a hang began from, read from stack or flight-recorder dumps
 
 
-def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], last_seen: dict[str, float]) -> Diagnosis:
+def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_seen: dict[str, float],
+          rule_dirs: tuple = ()) -> tuple[Diagnosis, list[Event]]:
+    """The diagnosis, and the events as the judgement left them (roles, edges, decided_by)."""
     job = evidence.job
     events = reconcile.without_leads_on_read_lines(events) + reconcile.job_state_events(evidence)
     reconcile.date_node_failures(events, last_seen)
-    correlate.apply_job_window(events, job)
-    correlate.link_xid_bursts(events)
+    context = JudgeContext(job, events)
+    relate.suppress(events, context, rule_dirs)
+    relate.explain(events, context, rule_dirs)
     correlate.recurring_application_xids(events)
     reconcile.demote_teardown(events)
     reconcile.demote_outlived_leads(events)
@@ -53,10 +57,10 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
     reconcile.discard_contradicted_claims(events, evidence)
     reconcile.prefer_corroborating_kernel_events(events)
     reconcile.discount_recovered_storage(events)
-    verdict = _judge(events, evidence, last_seen)
+    verdict = _judge(events, evidence, last_seen, context, rule_dirs)
     drains = _drains(verdict, job)
     symptoms = assemble.symptom_groups(events)
-    return Diagnosis(
+    diagnosis = Diagnosis(
         domain=verdict.domain,
         category=verdict.category,
         culprit_nodes=verdict.culprits,
@@ -76,13 +80,27 @@ def diagnose(evidence: Evidence, events: list[Event], rules_fired: list[str], la
         coverage=[CoverageItem(**vars(c)) for c in evidence.coverage],
         rules_fired=rules_fired,
         notes=verdict.notes,
+        decided_by=_decided_by(verdict, events),
     )
+    return diagnosis, events
 
 
-def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float]) -> Verdict:
+def _decided_by(verdict: Verdict, events: list[Event]) -> list[str]:
+    """The relations that shaped the cause: those that changed it, then those that made its symptoms."""
+    if verdict.primary is None:
+        return []
+    found = list(verdict.primary.decided_by)
+    for event in events:
+        if event.explained_by is verdict.primary:
+            found += event.decided_by
+    return list(dict.fromkeys(found))
+
+
+def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float], context: JudgeContext,
+           rule_dirs: tuple) -> Verdict:
     job, nodes_without_logs = evidence.job, evidence.nodes_without_logs()
     candidates = ([e for e in events if e.role == "cause"] or _flushed_transfers(events) or _mismatched_collectives(events)
-                  or _duplicate_ranks(events, job) or correlate.repeated_corrected_memory_errors(events, job))
+                  or _duplicate_ranks(events, job) or relate.aggregate(events, context, rule_dirs))
     if not candidates:
         return _judge_without_cause(events, evidence)
     primary, rivals = _choose_primary(candidates)

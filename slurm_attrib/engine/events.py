@@ -63,6 +63,7 @@ class Event:
     fallback: bool = False  # from a second-look rule: a lead, not a finding
     repeats: int = 1  # lines this event stands for (a collapsing rule's hits, event.collapse)
     last_time: float | None = None  # with repeats: the time of the last of them, when it has its own
+    decided_by: list[str] = field(default_factory=list)  # ids of the relations that changed it, in order
 
     @property
     def body(self) -> str:

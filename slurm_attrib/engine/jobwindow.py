@@ -10,10 +10,12 @@ WINDOW_SLACK_AFTER = 60.0  # after the job end: teardown lines still belong to t
 BEFORE, INSIDE, AFTER = -1, 0, 1
 
 
-def window_side(time: float, job: JobContext) -> int:
-    """BEFORE the job's window, INSIDE it, or AFTER it (an unknown start or end bounds nothing)."""
-    if job.start is not None and time < job.start - WINDOW_SLACK_BEFORE:
+def window_side(time: float, job: JobContext, before: float = WINDOW_SLACK_BEFORE,
+                after: float = WINDOW_SLACK_AFTER) -> int:
+    """BEFORE the job's window, INSIDE it, or AFTER it (an unknown start or end bounds nothing);
+    the window reaches `before` seconds before the start and `after` seconds after the end."""
+    if job.start is not None and time < job.start - before:
         return BEFORE
-    if job.end is not None and time > job.end + WINDOW_SLACK_AFTER:
+    if job.end is not None and time > job.end + after:
         return AFTER
     return INSIDE

@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from slurm_attrib.engine.diagnose import diagnose
-from slurm_attrib.engine.events import anchor_boot_clock, resolve_nodes, scan_evidence
+from slurm_attrib.engine.diagnose import judge
+from slurm_attrib.engine.events import Event, anchor_boot_clock, resolve_nodes, scan_evidence
 from slurm_attrib.ingest.hostmap import ip_host_pairs
 from slurm_attrib.ingest.layout import load_evidence, load_file
 from slurm_attrib.ingest.types import Evidence
@@ -29,15 +29,24 @@ def warm_scanners(rule_dirs: tuple[Path, ...] = ()) -> None:
 
 
 def analyze_evidence(evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> Diagnosis:
+    return judge_evidence(evidence, rule_dirs)[0]
+
+
+def judge_evidence(evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> tuple[Diagnosis, list[Event]]:
     """The rules proper first; when they find a failure but no origin (`no_evidence`), a second
-    look with the fallback rules too, whose generic wordings can only give a lead."""
-    diagnosis = _analyze(evidence, _scanner(rule_dirs))
-    if diagnosis.category != "no_evidence":
-        return diagnosis
-    return _analyze(evidence, _scanner(rule_dirs, second_look=True))
+    look with the fallback rules too, whose generic wordings can only give a lead.  With the
+    diagnosis, the events as the judgement left them (`sattrib explain`, the relations' tests)."""
+    judged = _analyze(evidence, _scanner(rule_dirs), rule_dirs)
+    if judged[0].category != "no_evidence":
+        return judged
+    return _analyze(evidence, _scanner(rule_dirs, second_look=True), rule_dirs)
 
 
-def _analyze(evidence: Evidence, scanner: Scanner) -> Diagnosis:
+def judge_path(path: Path, rule_dirs: tuple[Path, ...] = ()) -> tuple[Diagnosis, list[Event]]:
+    return judge_evidence(load_any(Path(path)), tuple(rule_dirs))
+
+
+def _analyze(evidence: Evidence, scanner: Scanner, rule_dirs: tuple[Path, ...]) -> tuple[Diagnosis, list[Event]]:
     # One pass, one file at a time (large files block by block): events, boot times, last seen.
     scanned = scan_evidence(evidence, scanner)
     events = scanned.events
@@ -46,7 +55,7 @@ def _analyze(evidence: Evidence, scanner: Scanner) -> Diagnosis:
     resolve_nodes(events, evidence.job, ip_host_pairs(held))
     anchor_boot_clock(events)
     fired = sorted({e.rule_id for e in events})
-    return diagnose(evidence, events, fired, scanned.last_seen)
+    return judge(evidence, events, fired, scanned.last_seen, rule_dirs)
 
 
 def load_any(path: Path, vouch: bool = True) -> Evidence:

@@ -43,7 +43,7 @@ def rule_files(rule_dirs: list[Path]) -> list[Path]:
 
 def pack_version(extra_dirs: list[Path] | None = None) -> str:
     """The rule pack's version: the package version and a digest of every file of the bundled and
-    site rule folders (code tables included).  A stored diagnosis made with the same pack version
+    site rule folders (code tables and relations included).  A stored diagnosis made with the same pack version
     would come out the same: `sattrib batch` skips it."""
     import hashlib
 
@@ -51,7 +51,7 @@ def pack_version(extra_dirs: list[Path] | None = None) -> str:
 
     digest = hashlib.sha256()
     for folder in [bundled_dir("rules"), *(extra_dirs or [])]:
-        for path in sorted(Path(folder).glob("*.yaml")):
+        for path in sorted([*Path(folder).glob("*.yaml"), *Path(folder).glob("relations/*.yaml")]):
             try:
                 digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
             except OSError:

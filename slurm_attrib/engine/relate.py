@@ -1,0 +1,145 @@
+"""The relations evaluator: rules/relations/*.yaml applied to a job's events, in strata.
+
+1. suppress: targets a check holds for lose weight (role, strength); demotion only, so the order of
+   suppress relations does not matter.
+2. aggregate: groups that reach a count promote their first event (read after suppression).
+3. explains: edges from causes to effects; an effect with an edge is its cause's symptom.
+
+Each change appends the relation's id to the event's `decided_by`; suppress and aggregate keep
+their reason under the relation's `note` key, as the passes they replace did.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from functools import cache
+from pathlib import Path
+from typing import Callable
+
+from slurm_attrib.engine.checks import EXPLAINS_CHECKS, JOB_CHECKS, SUPPRESS_CHECKS, JudgeContext, check_problem
+from slurm_attrib.engine.events import Event
+from slurm_attrib.errors import RuleError
+from slurm_attrib.ruleset.relations import Effect, EventMatch, Relation, load_relations
+
+
+@cache
+def relations(rule_dirs: tuple[Path, ...] = ()) -> tuple[Relation, ...]:
+    """The relations in force, their checks verified (once per process)."""
+    loaded = load_relations(list(rule_dirs))
+    for relation in loaded:
+        problem = check_problem(relation.kind, relation.check, relation.only_if)
+        if problem:
+            raise RuleError(f"relation {relation.id}: {problem}")
+    return tuple(loaded)
+
+
+def matches(match: EventMatch, event: Event) -> bool:
+    return (
+        (not match.rule or event.rule_id in match.rule)
+        and (not match.type or event.type in match.type)
+        and (not match.role or event.role in match.role)
+        and (not match.domain or event.domain in match.domain)
+        and (not match.category or event.category in match.category)
+        and (not match.kind or event.kind in match.kind)
+        and (match.trusted is None or event.trusted == match.trusted)
+        and (match.timed is None or (event.time is not None) == match.timed)
+        and all(key in event.notes for key in match.noted)
+        and not any(key in event.notes for key in match.not_noted)
+        and all(event.fields.get(name) in allowed for name, allowed in match.fields.items())
+    )
+
+
+def _apply(effect: Effect, event: Event, relation: Relation) -> None:
+    if effect.role is not None:
+        event.role = effect.role
+    if effect.category is not None:
+        event.category = effect.category
+    if effect.strength is not None:
+        event.strength = effect.strength
+    event.decided_by.append(relation.id)
+
+
+def suppress(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = ()) -> None:
+    for relation in relations(rule_dirs):
+        if relation.kind != "suppress":
+            continue
+        (name, parameters), = relation.check.items()
+        check = SUPPRESS_CHECKS[name]
+        for event in events:
+            if matches(relation.target, event):
+                reason = check(event, context, **parameters)
+                if reason is not None:
+                    event.notes[relation.note] = reason
+                    _apply(relation.set, event, relation)
+
+
+def aggregate(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = ()) -> list[Event]:
+    """The events the aggregate relations promoted (each its group's first)."""
+    promoted = []
+    for relation in relations(rule_dirs):
+        if relation.kind != "aggregate" or not all(JOB_CHECKS[name](context) for name in relation.only_if):
+            continue
+        groups: dict[tuple, list[Event]] = defaultdict(list)
+        for event in events:
+            if matches(relation.events, event):
+                groups[tuple(_group_value(event, key) for key in relation.group_by)].append(event)
+        for key, members in groups.items():
+            count = sum(e.repeats for e in members)
+            if count < relation.at_least:
+                continue
+            first = min(members, key=lambda e: e.sort_key)
+            _apply(relation.promote, first, relation)
+            first.notes[relation.note] = _says(relation, count, dict(zip(relation.group_by, key)))
+            promoted.append(first)
+    return promoted
+
+
+def explain(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = ()) -> None:
+    for relation in relations(rule_dirs):
+        if relation.kind != "explains":
+            continue
+        (name, parameters), = relation.check.items()
+        is_cause: Callable[[Event], bool] = lambda e, r=relation: matches(r.cause, e)
+        is_effect: Callable[[Event], bool] = lambda e, r=relation: matches(r.effect, e)
+        groups: dict[tuple, list[Event]] = defaultdict(list)
+        for event in events:
+            if is_cause(event) or is_effect(event) or _among(relation, event):
+                groups[tuple(_group_value(event, key) for key in relation.scope)].append(event)
+        for members in groups.values():
+            members.sort(key=lambda e: e.sort_key)
+            for cause, effect in EXPLAINS_CHECKS[name](members, is_cause, is_effect, **parameters):
+                effect.explained_by = cause
+                effect.decided_by.append(relation.id)
+
+
+def _among(relation: Relation, event: Event) -> bool:
+    """Events an explains check orders besides causes and effects: those of the same types (an Xid
+    that is neither still marks time in its burst)."""
+    types = set(relation.cause.type) | set(relation.effect.type)
+    return bool(types) and event.type in types
+
+
+def _group_value(event: Event, key: str):
+    if key == "job":
+        return None
+    if key == "node":
+        return event.node
+    if key == "gpu":
+        return (event.node, event.fields.get("pci"))
+    if key == "file":
+        return event.source
+    return event.fields.get(key)
+
+
+_OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
+
+
+def _says(relation: Relation, count: int, group: dict) -> str:
+    """The relation's `says` with {count} and the group's values; a [bracketed part] is left out
+    when a value it names is unknown ('{count} reports[ on {node}]')."""
+    def part(found: re.Match) -> str:
+        names = re.findall(r"\{(\w+)\}", found.group(1))
+        return "" if any(group.get(name) is None for name in names) else found.group(1)
+
+    return _OPTIONAL.sub(part, relation.says).format(count=count, **group)

@@ -1,0 +1,51 @@
+"""Run the relations' own tests (`tests:` in rules/relations/*.yaml): each test's lines, in a logs
+layout with its job.json, go through the whole analysis; the events the relation changed, as
+`rule@node`, must be exactly those expected (none: it must not fire).  Used by `sattrib rules test`
+and the test suite."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_attrib.ruleset.relations import Relation, RelationTest
+
+DEFAULT_JOB = {"job_id": "77", "state": "FAILED", "exit_code": "1:0", "start": "2026-12-02T13:00:00Z",
+               "end": "2026-12-02T13:30:00Z", "nodes": ["gpu01", "gpu02", "gpu03", "gpu04"]}
+
+
+@dataclass(frozen=True)
+class RelationFailure:
+    relation_id: str
+    test: str
+    expected: list[str]
+    got: list[str]
+
+    def __str__(self) -> str:
+        return f"FAIL {self.relation_id} › {self.test}: expected {self.expected}, got {self.got}"
+
+
+def decided(relation: Relation, test: RelationTest, rule_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """`rule@node` of each event the relation changed on the test's input, sorted."""
+    from slurm_attrib.engine.pipeline import judge_path
+
+    with tempfile.TemporaryDirectory(prefix="sattrib-relation-") as folder:
+        root = Path(folder)
+        (root / "job.json").write_text(json.dumps({**DEFAULT_JOB, **test.job}))
+        for rel, text in test.input.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        _, events = judge_path(root, rule_dirs)
+    return sorted(f"{e.rule_id}@{e.node}" for e in events if relation.id in e.decided_by)
+
+
+def check_relation(relation: Relation, rule_dirs: tuple[Path, ...] = ()) -> list[RelationFailure]:
+    failures = []
+    for test in relation.tests:
+        got, expected = decided(relation, test, rule_dirs), sorted(test.expect["decided"])
+        if got != expected:
+            failures.append(RelationFailure(relation.id, test.name, expected, got))
+    return failures

@@ -1,0 +1,186 @@
+"""The second kind of rule: relations between events, the judgement's decisions as data.
+
+An event rule turns a line into an event; a relation decides what events mean together.  Three
+kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
+
+    id: sup.outside_job_window        # dotted, immutable: sup. / agg. / rel.
+    kind: suppress                    # suppress | aggregate | explains
+    description: ...
+    status: stable
+    references: [https://...]
+    # suppress: targets the check holds for lose their weight (demote only)
+    target: {role: [cause, symptom, context], timed: true}
+    check: {outside_job_window: {}}   # one named check (engine/checks.py) and its parameters
+    set: {role: context}              # role and/or strength
+    note: outside_window              # the notes key the check's reason is kept under
+    # aggregate: groups of events that together mean more than each (a count that promotes)
+    events: {type: [host_memory_ce], role: [context], not_noted: [outside_window]}
+    group_by: [node]
+    at_least: 5                       # lines, a collapsed event's repeats included
+    only_if: [job_not_completed]      # checks on the job as a whole
+    promote: {role: cause, category: host_hardware_other, strength: 1}
+    note: inferred                    # with the text of `says`: {count} and the group's fields
+    says: '{count} corrected memory-error reports on {node}: a failing DIMM'
+    # explains: an effect with an edge from a cause is its symptom
+    cause: {type: [gpu_xid], role: [cause]}
+    effect: {type: [gpu_xid], role: [symptom]}
+    scope: [node]                     # what cause and effect must share
+    check: {same_burst: {silence: 180}}
+    tests:                            # input lines and what the relation decided (see below)
+      - name: ...
+        input: {gpu03/dmesg.txt: '...'}
+        expect: {decided: ['gpu.xid@gpu03']}   # rule@node of each event it changed; [] = never fires
+
+The evaluator (engine/relate.py) runs them in strata: suppress, then aggregate, then explains;
+within a kind the order of relations does not change the result.  Every change records the
+relation's id on the event (`decided_by`), which the diagnosis and `sattrib explain` show.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from slurm_attrib.errors import RuleError
+from slurm_attrib.paths import bundled_dir
+from slurm_attrib.ruleset.cache import cached
+from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, DOMAIN_OF_CATEGORY, SOURCE_KINDS
+
+RELATIONS_FOLDER = "relations"  # inside each rule folder
+ROLES = ("cause", "symptom", "context", "marker")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EventMatch(Strict):
+    """Which events: every given key must hold (a list: any of its values)."""
+
+    rule: list[str] = []
+    type: list[str] = []
+    role: list[Literal["cause", "symptom", "context", "marker"]] = []
+    domain: list[str] = []
+    category: list[str] = []
+    kind: list[str] = []
+    trusted: bool | None = None
+    timed: bool | None = None  # has a wall-clock time
+    noted: list[str] = []  # carries every one of these notes keys
+    not_noted: list[str] = []  # carries none of them
+    fields: dict[str, list[Any]] = {}  # field name: allowed values
+
+    @field_validator("domain")
+    @classmethod
+    def _known_domains(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(CATEGORIES_BY_DOMAIN))
+        if unknown:
+            raise ValueError(f"unknown domain(s) {unknown}")
+        return value
+
+    @field_validator("category")
+    @classmethod
+    def _known_categories(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(DOMAIN_OF_CATEGORY))
+        if unknown:
+            raise ValueError(f"unknown category(ies) {unknown}")
+        return value
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kinds(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(SOURCE_KINDS))
+        if unknown:
+            raise ValueError(f"unknown source kind(s) {unknown}")
+        return value
+
+
+class Effect(Strict):
+    role: Literal["cause", "symptom", "context", "marker"] | None = None
+    category: str | None = None
+    strength: int | None = Field(default=None, ge=1, le=3)
+
+
+class RelationTest(Strict):
+    name: str
+    job: dict[str, Any] = {}  # job.json fields over the default (FAILED, 13:00-13:30 UTC, gpu01-04)
+    input: dict[str, str] = Field(min_length=1)  # logs-layout path: content
+    expect: dict[Literal["decided"], list[str]]
+
+
+class Relation(Strict):
+    id: str = Field(pattern=r"^(sup|agg|rel)\.[a-z0-9_]+$")
+    kind: Literal["suppress", "aggregate", "explains"]
+    description: str
+    status: Literal["stable", "test", "experimental"] = "stable"
+    references: list[str] = Field(min_length=1)
+    # suppress
+    target: EventMatch | None = None
+    set: Effect | None = None
+    # aggregate
+    events: EventMatch | None = None
+    group_by: list[str] = []
+    at_least: int = Field(default=1, ge=1)
+    only_if: list[str] = []
+    promote: Effect | None = None
+    says: str = ""
+    # explains
+    cause: EventMatch | None = None
+    effect: EventMatch | None = None
+    scope: list[Literal["job", "node", "gpu", "file"]] = []
+    # suppress and explains: one named check and its parameters
+    check: dict[str, dict[str, Any]] = {}
+    note: str = ""
+    tests: list[RelationTest] = Field(min_length=2)
+
+    @model_validator(mode="after")
+    def _parts_fit_the_kind(self) -> "Relation":
+        wanted = {"suppress": ("target", "set"), "aggregate": ("events", "promote"), "explains": ("cause", "effect")}
+        for part in wanted[self.kind]:
+            if getattr(self, part) is None:
+                raise ValueError(f"a {self.kind} relation needs `{part}`")
+        if len(self.check) > 1:
+            raise ValueError("one named check per relation")
+        if self.kind == "suppress" and not self.check:
+            raise ValueError("a suppress relation needs a `check`")
+        if self.kind in ("suppress", "aggregate") and not self.note:
+            raise ValueError(f"a {self.kind} relation names the `note` key its reason is kept under")
+        if not any(not t.expect["decided"] for t in self.tests) or not any(t.expect["decided"] for t in self.tests):
+            raise ValueError("tests need one case where the relation decides and one where it must not")
+        return self
+
+
+def relation_files(rule_dirs: list[Path]) -> list[Path]:
+    files: list[Path] = []
+    for folder in rule_dirs:
+        files.extend(sorted((Path(folder) / RELATIONS_FOLDER).glob("*.yaml")))
+    return files
+
+
+def load_relations(extra_dirs: list[Path] | None = None) -> list[Relation]:
+    """The bundled relations and those of the site's rule folders (each file: YAML documents
+    separated by `---`), in id order; a site relation with a bundled id replaces it.  Cached like
+    the rule pack, keyed by these files and this module."""
+    files = relation_files([bundled_dir("rules"), *(extra_dirs or [])])
+    return cached("relations", [Path(__file__), *files], lambda: _read_relations(files), lambda value: isinstance(value, list))
+
+
+def _read_relations(files: list[Path]) -> list[Relation]:
+    from slurm_attrib.ruleset.loader import yaml_and_loader
+
+    yaml, loader = yaml_and_loader()
+    by_id: dict[str, Relation] = {}
+    for path in files:
+        try:
+            documents = [d for d in yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader) if d is not None]
+        except (OSError, yaml.YAMLError) as exc:
+            raise RuleError(f"{path}: {' '.join(str(exc).split())}") from None
+        for raw in documents:
+            try:
+                relation = Relation.model_validate(raw)
+            except ValueError as exc:
+                where = raw.get("id", "?") if isinstance(raw, dict) else "?"
+                raise RuleError(f"{path}: relation {where}: {exc}") from None
+            by_id[relation.id] = relation
+    return [by_id[key] for key in sorted(by_id)]

@@ -1,0 +1,79 @@
+"""The relations (rules/relations/*.yaml): each one's own tests through the whole analysis, and the
+format's checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_attrib.engine.checks import check_problem
+from slurm_attrib.engine.relate import relations
+from slurm_attrib.engine.relation_tests import decided
+from slurm_attrib.ruleset.relations import Relation
+
+RELATIONS = relations()
+
+
+@pytest.mark.parametrize(
+    "relation, test", [pytest.param(r, t, id=f"{r.id}: {t.name}") for r in RELATIONS for t in r.tests]
+)
+def test_relation(relation, test):
+    assert decided(relation, test) == sorted(test.expect["decided"])
+
+
+def test_the_bundled_relations_cover_each_kind():
+    assert {r.kind for r in RELATIONS} == {"suppress", "aggregate", "explains"}
+
+
+def _relation(**changes) -> dict:
+    base = {"id": "sup.example", "kind": "suppress", "description": "x", "references": ["https://example.org"],
+            "target": {"role": ["cause"]}, "check": {"outside_job_window": {}}, "set": {"role": "context"},
+            "note": "outside_window",
+            "tests": [{"name": "fires", "input": {"a.txt": "x"}, "expect": {"decided": ["r@n"]}},
+                      {"name": "does not", "input": {"a.txt": "x"}, "expect": {"decided": []}}]}
+    return {**base, **changes}
+
+
+def test_a_relation_needs_a_case_that_fires_and_one_that_must_not():
+    Relation.model_validate(_relation())
+    only_positive = _relation(tests=[{"name": "fires", "input": {"a.txt": "x"}, "expect": {"decided": ["r@n"]}}] * 2)
+    with pytest.raises(ValueError, match="one where it must not"):
+        Relation.model_validate(only_positive)
+
+
+@pytest.mark.parametrize("changes, problem", [
+    ({"kind": "aggregate"}, "needs `events`"),
+    ({"target": {"role": ["culprit"]}}, "role"),
+    ({"target": {"domain": ["gpus"]}}, "unknown domain"),
+    ({"check": {}}, "needs a `check`"),
+])
+def test_a_malformed_relation_is_refused_with_its_reason(changes, problem):
+    with pytest.raises(ValueError, match=problem):
+        Relation.model_validate(_relation(**changes))
+
+
+def test_a_check_is_known_and_takes_only_its_own_parameters():
+    assert check_problem("suppress", {"outside_job_window": {"before": 60}}, []) is None
+    assert "unknown suppress check" in check_problem("suppress", {"no_such_check": {}}, [])
+    assert "takes no parameter" in check_problem("suppress", {"outside_job_window": {"silence": 3}}, [])
+    assert "unknown job check" in check_problem("aggregate", {}, ["job_is_happy"])
+
+
+def test_explain_prints_the_cause_and_the_relations_that_decided(tmp_path):
+    import json
+    import subprocess
+
+    from support import sattrib_argv
+
+    (tmp_path / "gpu03").mkdir()
+    (tmp_path / "job.json").write_text(json.dumps({"job_id": "77", "state": "FAILED", "start": "2026-12-02T13:00:00Z",
+                                                   "end": "2026-12-02T13:30:00Z", "nodes": ["gpu03"]}))
+    (tmp_path / "gpu03" / "dmesg.txt").write_text(
+        "2026-12-01T09:00:00,000000+00:00 NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=python, An uncorrectable double bit error\n"
+        "2026-12-02T13:04:06,123456+00:00 NVRM: Xid (PCI:0000:3b:00): 79, pid=4121, name=python, GPU has fallen off the bus.\n"
+        "2026-12-02T13:04:10,000000+00:00 NVRM: Xid (PCI:0000:3b:00): 45, pid=4121, name=python, Ch 00000010\n")
+    done = subprocess.run([*sattrib_argv(), "explain", str(tmp_path)], capture_output=True, text=True, check=True)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "job 77 FAILED: gpu/gpu_fell_off_bus on gpu03 (confirmed)"
+    assert lines[1].startswith("cause   gpu.xid gpu03 gpu03/dmesg.txt:2 ")
+    assert "  explains, by rel.xid_burst: 1 event(s)" in lines
+    assert any(line.startswith("set aside by sup.outside_job_window: 1 event(s)") for line in lines)
