@@ -404,3 +404,28 @@ def test_binary_files_are_read_but_flagged(tmp_path):
     coverage = {c.source: c for c in load_evidence(tmp_path).coverage}
     assert "mostly binary" in coverage["n1/counters.dat"].detail
     assert "binary" not in coverage["n1/dmesg.txt"].detail
+
+
+def test_small_files_beyond_the_held_total_are_read_again_with_the_same_result(tmp_path, monkeypatch):
+    """Memory stays flat in the number of files: past HELD_TOTAL, small files are not held but
+    read again when analysed, and the analysis is the same."""
+    from slurm_attrib.cli import render_json
+    from slurm_attrib.engine.pipeline import analyze_path
+
+    nodes = [f"gpu{n:02d}" for n in range(1, 9)]
+    (tmp_path / "job.json").write_text(json.dumps({"job_id": "5", "state": "FAILED", "start": "2026-12-02T13:00:00Z",
+                                                   "end": "2026-12-02T13:30:00Z", "nodes": nodes}))
+    for number, node in enumerate(nodes):
+        lines = [f"[{100 + n}.000000] routine kernel line {n} " + "x" * 60 for n in range(300)]
+        if node == "gpu05":
+            lines.append("2026-12-02T13:04:06,123456+00:00 NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus.")
+        (tmp_path / node).mkdir()
+        (tmp_path / node / "dmesg.txt").write_text("\n".join(lines) + "\n")
+    everything_held = render_json(analyze_path(tmp_path))
+    monkeypatch.setattr(layout, "HELD_TOTAL", 60_000)  # about two of the eight files
+    evidence = layout.load_evidence(tmp_path)
+    held = [f for f in evidence.files if not f.streamed]
+    assert 1 <= len(held) < len(evidence.files)
+    assert sum(len(f.data) for f in held) <= 60_000
+    assert render_json(analyze_path(tmp_path)) == everything_held
+    assert json.loads(everything_held)["culprit_nodes"] == ["gpu05"]
