@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 
 from slurm_attrib.engine.correlate import SKEW
 from slurm_attrib.engine.events import Event, is_failed_task
+from slurm_attrib.engine.jobwindow import PENDING_AGAIN
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.provenance import Provenance, supports_verdict
 from slurm_attrib.vocab import DOMAIN_OF_CATEGORY, DRAINABLE_DOMAINS
@@ -25,9 +26,10 @@ STATE_CAUSES = {
 
 
 # Scheduler causes each job state agrees with; under any other known state they are step teardown.
+# A job requeued after its run was ended (preemption with requeue, scontrol requeue) is pending again.
 SCHEDULER_STATES = {
     "time_limit": {"TIMEOUT", "DEADLINE"},
-    "preempted": {"PREEMPTED", "REQUEUED"},
+    "preempted": {"PREEMPTED", *PENDING_AGAIN},
     "cancelled": {"CANCELLED"},
 }
 
@@ -317,7 +319,7 @@ def termination_as_origin(events: list[Event]) -> None:
     notices = [e for e in events if e.role in ("symptom", "cause") and termination_category(e)]
     if not notices:
         return
-    first = min(notices, key=lambda e: (e.time if e.time is not None else float("inf"), e.order))
+    first = _reason_given(min(notices, key=lambda e: (e.time if e.time is not None else float("inf"), e.order)), notices)
     causes = [e for e in events if e.role == "cause" and e is not first]
     if any(e.domain == "scheduler" or _maybe_before(e, first) for e in causes):
         return  # Slurm's own banner or state decides, or something failed first
@@ -329,6 +331,22 @@ def termination_as_origin(events: list[Event]) -> None:
     for event in events:
         if event.role == "cause" and event is not first and not (event.trusted and event.domain in DRAINABLE_DOMAINS):
             event.role, event.explained_by = "symptom", first
+
+
+# Notices that say why the job is ended (a Slurm banner `DUE TO JOB REQUEUE`, a framework's
+# preemption or time-budget notice), unlike srun's or a launcher's bare report that it was.
+REASON_NOTICE_TYPES = {"termination_notice", "slurm_step_end"}
+
+
+def _reason_given(first: Event, notices: list[Event]) -> Event:
+    """A notice printed at the same time as the first one that says why the job was ended wins
+    over it: srun's `Job step aborted` printed just before `*** JOB ... CANCELLED ... DUE TO JOB
+    REQUEUE ***` is the same ending, and the banner gives its reason."""
+    if first.type in REASON_NOTICE_TYPES:
+        return first
+    same_time = [e for e in notices if e.type in REASON_NOTICE_TYPES and e.order[0] == first.order[0]
+                 and (e.time is None or first.time is None or abs(e.time - first.time) <= SKEW)]
+    return min(same_time, key=lambda e: e.order) if same_time else first
 
 
 def _maybe_before(event: Event, notice: Event) -> bool:
