@@ -467,11 +467,22 @@ def _unhedged_quality(verdict: Verdict, job: JobContext) -> str:
         return "likely"  # cannot tell whether it happened inside the job
     if primary.category == "node_failure" and primary.type == "job_state" and not verdict.culprits:
         return "likely"
+    if _names_no_sender(primary) and reconcile.job_state(job) != "CANCELLED":
+        verdict.notes.append("the cancel banner names no sender (scancel, srun ending its own step, a preemption's "
+                             "grace period and scancel --signal print the same) and Slurm's state does not say CANCELLED")
+        return "likely"
     if primary.category == "app_killed_signal":
         # The signal says how the process died, not why: across the public rounds a thread found a
         # deeper cause (a bug, a full /dev/shm, a bad GPU) for 5 of 12 such `confirmed` reads.
         return "likely"
     return "confirmed" if primary.strength >= 2 else "likely"
+
+
+def _names_no_sender(event: Event) -> bool:
+    """A bare `*** JOB/STEP <id> ON <node> CANCELLED AT <time> ***` (no `BY <user>`, no `DUE to
+    SIGNAL`): slurmstepd prints it for an scancel, for srun aborting its own step, for `scancel
+    --signal=TERM` and at the start of a preemption's grace period (req.c): it is never confirmed alone."""
+    return event.type == "slurm_cancelled" and not (event.fields.get("by") or event.fields.get("signal"))
 
 
 def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:

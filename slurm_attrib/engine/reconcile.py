@@ -87,12 +87,15 @@ def date_node_failures(events: list[Event], last_seen: dict[str, float]) -> None
 
 
 def reconcile_with_job_state(events: list[Event], job: JobContext) -> None:
-    """Slurm's own job state is authoritative: a 'CANCELLED' step banner in a FAILED job is teardown."""
+    """Slurm's own job state is authoritative: a 'CANCELLED' step banner in a FAILED job is teardown,
+    unless the job's exit code says it died of the SIGTERM such a banner announces."""
     state = job_state(job)
     if not state:
         return
     for event in events:
         agreeing = SCHEDULER_STATES.get(event.category or "")
+        if event.category == "cancelled" and state == "FAILED" and exit_signal(job) == SIGTERM:
+            continue
         if event.role == "cause" and agreeing is not None and state not in agreeing:
             event.role = "symptom"
             event.notes["job_state"] = f"job state {state} disagrees"
@@ -237,6 +240,31 @@ def _any_between(times: list[float], start: float, end: float) -> bool:
 
 def job_state(job: JobContext) -> str | None:
     return job.state.split()[0].upper() if job.state else None
+
+
+SIGTERM = 15
+SHELL_SIGNAL_BASE = 128  # a shell reports a child killed by signal S as exit status 128+S
+MAX_SIGNAL = 64
+
+
+def exit_signal(job: JobContext) -> int | None:
+    """The signal the job's exit code says it died of, or None.
+
+    Slurm's `<exit>:<signal>`: `0:11` is the batch script killed by signal 11 itself.  A batch
+    script whose last command was killed returns 128+S; scontrol shows that as `143:0`, while
+    sacct on 22.05 shows the same job's `15:0` (recorded in tests/data/termination 09, 19): with
+    no signal part, an exit status above 128 is read as 128+S, and one equal to SIGTERM's number
+    as SIGTERM (a program exiting 15 on its own is rare beside a shell reporting the signal)."""
+    code, _, signal = (job.exit_code or "").partition(":")
+    try:
+        code_number, signal_number = int(code), int(signal or 0)
+    except ValueError:
+        return None
+    if 0 < signal_number <= MAX_SIGNAL:
+        return signal_number
+    if SHELL_SIGNAL_BASE < code_number <= SHELL_SIGNAL_BASE + MAX_SIGNAL:
+        return code_number - SHELL_SIGNAL_BASE
+    return SIGTERM if code_number == SIGTERM else None
 
 
 def demote_teardown(events: list[Event]) -> None:
@@ -402,8 +430,16 @@ def cancelled_after_task_failure(events: list[Event]) -> None:
         if not before:
             continue
         first = min(before, key=lambda e: e.order)
-        banner.role, banner.explained_by = "symptom", first
-        banner.notes["task_failure"] = "the step was ended because a task failed (srun --kill-on-bad-exit)"
+        for copy in _copies_of_banner(banner, events):  # the same banner in a node's slurmd log
+            copy.role, copy.explained_by = "symptom", first
+            copy.notes["task_failure"] = "the step was ended because a task failed (srun --kill-on-bad-exit)"
+
+
+def _copies_of_banner(banner: Event, events: list[Event]) -> list[Event]:
+    """slurmstepd writes its banner both to the job's output and to its node's slurmd log: the
+    same banner is the one naming the same job, step and time."""
+    same = ("what", "jobid", "step", "at")
+    return [e for e in events if e.type == banner.type and all(e.fields.get(k) == banner.fields.get(k) for k in same)]
 
 
 # A collective among the first few of a process group: the ranks have barely started working together.
