@@ -73,7 +73,17 @@ def job_not_completed(context: JudgeContext) -> bool:
     return context.job.state != "COMPLETED"
 
 
-JOB_CHECKS: dict[str, Callable[[JudgeContext], bool]] = {"job_not_completed": job_not_completed}
+HANG_TYPES = frozenset({"collective_timeout", "collective_failure", "watchdog_hang"})  # as correlate.HANG_TYPES
+
+
+def no_collective_timeout(context: JudgeContext) -> bool:
+    """No collective timed out: a task that exits after its collectives stalled was ended by the
+    watchdog, and the hang is the story (judged without a cause)."""
+    return not any(e.type in HANG_TYPES and e.role != "context" for e in context.events)
+
+
+JOB_CHECKS: dict[str, Callable[[JudgeContext], bool]] = {"job_not_completed": job_not_completed,
+                                                         "no_collective_timeout": no_collective_timeout}
 
 
 def check_problem(kind: str, check: dict[str, dict], only_if: list[str]) -> str | None:
