@@ -63,7 +63,22 @@ def same_burst(ordered: list[Event], is_cause: Callable[[Event], bool], is_effec
     return edges
 
 
-EXPLAINS_CHECKS: dict[str, Callable[..., list[tuple[Event, Event]]]] = {"same_burst": same_burst}
+def cause_first(ordered: list[Event], is_cause: Callable[[Event], bool], is_effect: Callable[[Event], bool],
+                skew: float = 5.0) -> list[tuple[Event, Event]]:
+    """Each timed effect is explained by the first timed cause no later than it, `skew` seconds of
+    clock difference allowed (a job record's end is whole seconds, a slurmd line has milliseconds)."""
+    causes = [e for e in ordered if is_cause(e) and e.time is not None]
+    edges = []
+    for effect in ordered:
+        if not is_effect(effect) or effect.time is None:
+            continue
+        earlier = [c for c in causes if c is not effect and c.time <= effect.time + skew]
+        if earlier:
+            edges.append((earlier[0], effect))
+    return edges
+
+
+EXPLAINS_CHECKS: dict[str, Callable[..., list[tuple[Event, Event]]]] = {"same_burst": same_burst, "cause_first": cause_first}
 
 
 # -- the job as a whole ----------------------------------------------------------------------------

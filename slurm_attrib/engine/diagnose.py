@@ -407,7 +407,12 @@ def _failed_nodes(events: list[Event], nodes_without_logs: list[str], last_seen:
     one node that left no logs, else the node its peers' failed connections name, else the one
     node whose logs stopped well before all others'.
     Naming is not draining: drains need trusted evidence."""
-    named = sorted({e.node for e in events if e.category == "node_failure" and e.node})
+    failures = [e for e in events if e.category == "node_failure" and e.node]
+    # A line that names the failed node (`Node failure on X`, `on failed node X`) outranks where a
+    # banner was printed: `*** JOB ... ON <batch host> CANCELLED ... DUE TO NODE FAILURE ***`
+    # comes from the node that survived.
+    naming = [e for e in failures if any(e.fields.get(key) for key in NODE_NAMING_FIELDS)]
+    named = sorted({e.node for e in naming or failures})
     if len(named) == 1:
         return named
     if len(nodes_without_logs) == 1:
@@ -421,6 +426,9 @@ def _failed_nodes(events: list[Event], nodes_without_logs: list[str], last_seen:
         if next_stop - stopped >= WENT_SILENT_MARGIN:
             return [first]
     return []
+
+
+NODE_NAMING_FIELDS = ("node", "host", "nodes")  # rule fields that name the node a line is about
 
 
 def _blamed_peer(events: list[Event]) -> list[str]:
