@@ -381,15 +381,16 @@ def _culprits(verdict: Verdict, events: list[Event], job: JobContext, nodes_with
         roots = [e for e in events if e.type == "elastic_root_cause" and e.node]
         if roots:
             return [min(roots, key=lambda e: e.order).node]
-    if len(job.nodes) == 1 and primary.category in NODE_LOCAL_CATEGORIES:
+    if len(job.nodes) == 1 and primary.domain in ONE_NODE_DOMAINS:
         return list(job.nodes)  # the job ran on one node: the failure happened there
     return []
 
 
 # Transport errors the node's own HCA raised about its own queue pairs: the node is named, not a peer.
 LOCAL_TRANSPORT_TYPES = frozenset({"ib_async_fatal"})
-# Failures that happen on the node the process ran on (not in the program's logic).
-NODE_LOCAL_CATEGORIES = frozenset({"host_oom", "gpu_oom", "app_killed_signal", "cuda_error"})
+# Failures a one-node job's only node is named for: the program's (wherever in it) and the
+# node's own hardware; not a shared filesystem's nor the scheduler's.
+ONE_NODE_DOMAINS = frozenset({"application", *DRAINABLE_DOMAINS})
 
 
 def _nodes_of_same_failure(primary: Event, events: list[Event]) -> list[str]:
