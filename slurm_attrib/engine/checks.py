@@ -63,7 +63,22 @@ def same_burst(ordered: list[Event], is_cause: Callable[[Event], bool], is_effec
     return edges
 
 
-EXPLAINS_CHECKS: dict[str, Callable[..., list[tuple[Event, Event]]]] = {"same_burst": same_burst}
+def cause_first(ordered: list[Event], is_cause: Callable[[Event], bool], is_effect: Callable[[Event], bool],
+                skew: float = 5.0) -> list[tuple[Event, Event]]:
+    """Each timed effect is explained by the first timed cause no later than it, `skew` seconds of
+    clock difference allowed (a job record's end is whole seconds, a slurmd line has milliseconds)."""
+    causes = [e for e in ordered if is_cause(e) and e.time is not None]
+    edges = []
+    for effect in ordered:
+        if not is_effect(effect) or effect.time is None:
+            continue
+        earlier = [c for c in causes if c is not effect and c.time <= effect.time + skew]
+        if earlier:
+            edges.append((earlier[0], effect))
+    return edges
+
+
+EXPLAINS_CHECKS: dict[str, Callable[..., list[tuple[Event, Event]]]] = {"same_burst": same_burst, "cause_first": cause_first}
 
 
 # -- the job as a whole ----------------------------------------------------------------------------
@@ -73,7 +88,17 @@ def job_not_completed(context: JudgeContext) -> bool:
     return context.job.state != "COMPLETED"
 
 
-JOB_CHECKS: dict[str, Callable[[JudgeContext], bool]] = {"job_not_completed": job_not_completed}
+HANG_TYPES = frozenset({"collective_timeout", "collective_failure", "watchdog_hang"})  # as correlate.HANG_TYPES
+
+
+def no_collective_timeout(context: JudgeContext) -> bool:
+    """No collective timed out: a task that exits after its collectives stalled was ended by the
+    watchdog, and the hang is the story (judged without a cause)."""
+    return not any(e.type in HANG_TYPES and e.role != "context" for e in context.events)
+
+
+JOB_CHECKS: dict[str, Callable[[JudgeContext], bool]] = {"job_not_completed": job_not_completed,
+                                                         "no_collective_timeout": no_collective_timeout}
 
 
 def check_problem(kind: str, check: dict[str, dict], only_if: list[str]) -> str | None:

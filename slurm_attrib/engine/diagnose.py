@@ -381,15 +381,16 @@ def _culprits(verdict: Verdict, events: list[Event], job: JobContext, nodes_with
         roots = [e for e in events if e.type == "elastic_root_cause" and e.node]
         if roots:
             return [min(roots, key=lambda e: e.order).node]
-    if len(job.nodes) == 1 and primary.category in NODE_LOCAL_CATEGORIES:
+    if len(job.nodes) == 1 and primary.domain in ONE_NODE_DOMAINS:
         return list(job.nodes)  # the job ran on one node: the failure happened there
     return []
 
 
 # Transport errors the node's own HCA raised about its own queue pairs: the node is named, not a peer.
 LOCAL_TRANSPORT_TYPES = frozenset({"ib_async_fatal"})
-# Failures that happen on the node the process ran on (not in the program's logic).
-NODE_LOCAL_CATEGORIES = frozenset({"host_oom", "gpu_oom", "app_killed_signal", "cuda_error"})
+# Failures a one-node job's only node is named for: the program's (wherever in it) and the
+# node's own hardware; not a shared filesystem's nor the scheduler's.
+ONE_NODE_DOMAINS = frozenset({"application", *DRAINABLE_DOMAINS})
 
 
 def _nodes_of_same_failure(primary: Event, events: list[Event]) -> list[str]:
@@ -407,7 +408,12 @@ def _failed_nodes(events: list[Event], nodes_without_logs: list[str], last_seen:
     one node that left no logs, else the node its peers' failed connections name, else the one
     node whose logs stopped well before all others'.
     Naming is not draining: drains need trusted evidence."""
-    named = sorted({e.node for e in events if e.category == "node_failure" and e.node})
+    failures = [e for e in events if e.category == "node_failure" and e.node]
+    # A line that names the failed node (`Node failure on X`, `on failed node X`) outranks where a
+    # banner was printed: `*** JOB ... ON <batch host> CANCELLED ... DUE TO NODE FAILURE ***`
+    # comes from the node that survived.
+    naming = [e for e in failures if any(e.fields.get(key) for key in NODE_NAMING_FIELDS)]
+    named = sorted({e.node for e in naming or failures})
     if len(named) == 1:
         return named
     if len(nodes_without_logs) == 1:
@@ -421,6 +427,9 @@ def _failed_nodes(events: list[Event], nodes_without_logs: list[str], last_seen:
         if next_stop - stopped >= WENT_SILENT_MARGIN:
             return [first]
     return []
+
+
+NODE_NAMING_FIELDS = ("node", "host", "nodes")  # rule fields that name the node a line is about
 
 
 def _blamed_peer(events: list[Event]) -> list[str]:
@@ -467,11 +476,22 @@ def _unhedged_quality(verdict: Verdict, job: JobContext) -> str:
         return "likely"  # cannot tell whether it happened inside the job
     if primary.category == "node_failure" and primary.type == "job_state" and not verdict.culprits:
         return "likely"
+    if _names_no_sender(primary) and reconcile.job_state(job) != "CANCELLED":
+        verdict.notes.append("the cancel banner names no sender (scancel, srun ending its own step, a preemption's "
+                             "grace period and scancel --signal print the same) and Slurm's state does not say CANCELLED")
+        return "likely"
     if primary.category == "app_killed_signal":
         # The signal says how the process died, not why: across the public rounds a thread found a
         # deeper cause (a bug, a full /dev/shm, a bad GPU) for 5 of 12 such `confirmed` reads.
         return "likely"
     return "confirmed" if primary.strength >= 2 else "likely"
+
+
+def _names_no_sender(event: Event) -> bool:
+    """A bare `*** JOB/STEP <id> ON <node> CANCELLED AT <time> ***` (no `BY <user>`, no `DUE to
+    SIGNAL`): slurmstepd prints it for an scancel, for srun aborting its own step, for `scancel
+    --signal=TERM` and at the start of a preemption's grace period (req.c): it is never confirmed alone."""
+    return event.type == "slurm_cancelled" and not (event.fields.get("by") or event.fields.get("signal"))
 
 
 def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:

@@ -37,9 +37,19 @@ def judge_evidence(evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> tupl
     look with the fallback rules too, whose generic wordings can only give a lead.  With the
     diagnosis, the events as the judgement left them (`sattrib explain`, the relations' tests)."""
     judged = _analyze(evidence, _scanner(rule_dirs), rule_dirs)
-    if judged[0].category != "no_evidence":
+    if judged[0].category != "no_evidence" and not _inferred_from_the_ending(judged[1], rule_dirs):
         return judged
     return _analyze(evidence, _scanner(rule_dirs, second_look=True), rule_dirs)
+
+
+def _inferred_from_the_ending(events: list[Event], rule_dirs: tuple[Path, ...]) -> bool:
+    """The cause is only how the job ended (a relation that yields to leads promoted it): the
+    second look may find what the ending followed from (srun's failed task after the program's
+    own error line, which only a generic rule reads)."""
+    from slurm_attrib.engine.relate import relations
+
+    yielding = {r.id for r in relations(rule_dirs) if r.yields_to_leads}
+    return any(e.role == "cause" and yielding.intersection(e.decided_by) for e in events)
 
 
 def judge_path(path: Path, rule_dirs: tuple[Path, ...] = ()) -> tuple[Diagnosis, list[Event]]:

@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 
 from slurm_attrib.engine.correlate import SKEW
 from slurm_attrib.engine.events import Event, is_failed_task
+from slurm_attrib.engine.jobwindow import PENDING_AGAIN
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.provenance import Provenance, supports_verdict
 from slurm_attrib.vocab import DOMAIN_OF_CATEGORY, DRAINABLE_DOMAINS
@@ -25,9 +26,10 @@ STATE_CAUSES = {
 
 
 # Scheduler causes each job state agrees with; under any other known state they are step teardown.
+# A job requeued after its run was ended (preemption with requeue, scontrol requeue) is pending again.
 SCHEDULER_STATES = {
     "time_limit": {"TIMEOUT", "DEADLINE"},
-    "preempted": {"PREEMPTED", "REQUEUED"},
+    "preempted": {"PREEMPTED", *PENDING_AGAIN},
     "cancelled": {"CANCELLED"},
 }
 
@@ -85,12 +87,15 @@ def date_node_failures(events: list[Event], last_seen: dict[str, float]) -> None
 
 
 def reconcile_with_job_state(events: list[Event], job: JobContext) -> None:
-    """Slurm's own job state is authoritative: a 'CANCELLED' step banner in a FAILED job is teardown."""
+    """Slurm's own job state is authoritative: a 'CANCELLED' step banner in a FAILED job is teardown,
+    unless the job's exit code says it died of the SIGTERM such a banner announces."""
     state = job_state(job)
     if not state:
         return
     for event in events:
         agreeing = SCHEDULER_STATES.get(event.category or "")
+        if event.category == "cancelled" and state == "FAILED" and exit_signal(job) == SIGTERM:
+            continue
         if event.role == "cause" and agreeing is not None and state not in agreeing:
             event.role = "symptom"
             event.notes["job_state"] = f"job state {state} disagrees"
@@ -237,6 +242,31 @@ def job_state(job: JobContext) -> str | None:
     return job.state.split()[0].upper() if job.state else None
 
 
+SIGTERM = 15
+SHELL_SIGNAL_BASE = 128  # a shell reports a child killed by signal S as exit status 128+S
+MAX_SIGNAL = 64
+
+
+def exit_signal(job: JobContext) -> int | None:
+    """The signal the job's exit code says it died of, or None.
+
+    Slurm's `<exit>:<signal>`: `0:11` is the batch script killed by signal 11 itself.  A batch
+    script whose last command was killed returns 128+S; scontrol shows that as `143:0`, while
+    sacct on 22.05 shows the same job's `15:0` (recorded in tests/data/termination 09, 19): with
+    no signal part, an exit status above 128 is read as 128+S, and one equal to SIGTERM's number
+    as SIGTERM (a program exiting 15 on its own is rare beside a shell reporting the signal)."""
+    code, _, signal = (job.exit_code or "").partition(":")
+    try:
+        code_number, signal_number = int(code), int(signal or 0)
+    except ValueError:
+        return None
+    if 0 < signal_number <= MAX_SIGNAL:
+        return signal_number
+    if SHELL_SIGNAL_BASE < code_number <= SHELL_SIGNAL_BASE + MAX_SIGNAL:
+        return code_number - SHELL_SIGNAL_BASE
+    return SIGTERM if code_number == SIGTERM else None
+
+
 def demote_teardown(events: list[Event]) -> None:
     """Weak application errors printed after the job said it completed are teardown noise; a
     specific one (strength 2+: a collective mismatch, a CUDA error in the final evaluation) still
@@ -317,7 +347,7 @@ def termination_as_origin(events: list[Event]) -> None:
     notices = [e for e in events if e.role in ("symptom", "cause") and termination_category(e)]
     if not notices:
         return
-    first = min(notices, key=lambda e: (e.time if e.time is not None else float("inf"), e.order))
+    first = _reason_given(min(notices, key=lambda e: (e.time if e.time is not None else float("inf"), e.order)), notices)
     causes = [e for e in events if e.role == "cause" and e is not first]
     if any(e.domain == "scheduler" or _maybe_before(e, first) for e in causes):
         return  # Slurm's own banner or state decides, or something failed first
@@ -329,6 +359,22 @@ def termination_as_origin(events: list[Event]) -> None:
     for event in events:
         if event.role == "cause" and event is not first and not (event.trusted and event.domain in DRAINABLE_DOMAINS):
             event.role, event.explained_by = "symptom", first
+
+
+# Notices that say why the job is ended (a Slurm banner `DUE TO JOB REQUEUE`, a framework's
+# preemption or time-budget notice), unlike srun's or a launcher's bare report that it was.
+REASON_NOTICE_TYPES = {"termination_notice", "slurm_step_end"}
+
+
+def _reason_given(first: Event, notices: list[Event]) -> Event:
+    """A notice printed at the same time as the first one that says why the job was ended wins
+    over it: srun's `Job step aborted` printed just before `*** JOB ... CANCELLED ... DUE TO JOB
+    REQUEUE ***` is the same ending, and the banner gives its reason."""
+    if first.type in REASON_NOTICE_TYPES:
+        return first
+    same_time = [e for e in notices if e.type in REASON_NOTICE_TYPES and e.order[0] == first.order[0]
+                 and (e.time is None or first.time is None or abs(e.time - first.time) <= SKEW)]
+    return min(same_time, key=lambda e: e.order) if same_time else first
 
 
 def _maybe_before(event: Event, notice: Event) -> bool:
@@ -384,8 +430,16 @@ def cancelled_after_task_failure(events: list[Event]) -> None:
         if not before:
             continue
         first = min(before, key=lambda e: e.order)
-        banner.role, banner.explained_by = "symptom", first
-        banner.notes["task_failure"] = "the step was ended because a task failed (srun --kill-on-bad-exit)"
+        for copy in _copies_of_banner(banner, events):  # the same banner in a node's slurmd log
+            copy.role, copy.explained_by = "symptom", first
+            copy.notes["task_failure"] = "the step was ended because a task failed (srun --kill-on-bad-exit)"
+
+
+def _copies_of_banner(banner: Event, events: list[Event]) -> list[Event]:
+    """slurmstepd writes its banner both to the job's output and to its node's slurmd log: the
+    same banner is the one naming the same job, step and time."""
+    same = ("what", "jobid", "step", "at")
+    return [e for e in events if e.type == banner.type and all(e.fields.get(k) == banner.fields.get(k) for k in same)]
 
 
 # A collective among the first few of a process group: the ranks have barely started working together.

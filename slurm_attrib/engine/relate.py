@@ -110,6 +110,8 @@ def explain(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, .
             members.sort(key=lambda e: e.sort_key)
             for cause, effect in EXPLAINS_CHECKS[name](members, is_cause, is_effect, **parameters):
                 effect.explained_by = cause
+                if effect.role == "cause":  # an effect with an incoming edge is its cause's symptom
+                    effect.role = "symptom"
                 effect.decided_by.append(relation.id)
 
 

@@ -21,6 +21,7 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     promote: {role: cause, category: host_hardware_other, strength: 1}
     note: inferred                    # with the text of `says`: {count} and the group's fields
     says: '{count} corrected memory-error reports on {node}: a failing DIMM'
+    yields_to_leads: false            # true: the fallback rules' leads (second look) outrank it
     # explains: an effect with an edge from a cause is its symptom
     cause: {type: [gpu_xid], role: [cause]}
     effect: {type: [gpu_xid], role: [symptom]}
@@ -125,6 +126,9 @@ class Relation(Strict):
     only_if: list[str] = []
     promote: Effect | None = None
     says: str = ""
+    # an inference from how the job ended (a failed task): a lead the fallback rules' second look
+    # finds (engine/pipeline.py) outranks it, as it says why the task failed
+    yields_to_leads: bool = False
     # explains
     cause: EventMatch | None = None
     effect: EventMatch | None = None
