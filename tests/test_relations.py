@@ -45,6 +45,7 @@ def test_a_relation_needs_a_case_that_fires_and_one_that_must_not():
     ({"target": {"role": ["culprit"]}}, "role"),
     ({"target": {"domain": ["gpus"]}}, "unknown domain"),
     ({"check": {}}, "needs a `check`"),
+    ({"set": {"role": "cause"}}, "only demotes"),
 ])
 def test_a_malformed_relation_is_refused_with_its_reason(changes, problem):
     with pytest.raises(ValueError, match=problem):
@@ -77,3 +78,20 @@ def test_explain_prints_the_cause_and_the_relations_that_decided(tmp_path):
     assert lines[1].startswith("cause   gpu.xid gpu03 gpu03/dmesg.txt:2 ")
     assert "  explains, by rel.xid_burst: 1 event(s)" in lines
     assert any(line.startswith("set aside by sup.outside_job_window: 1 event(s)") for line in lines)
+
+
+def test_the_order_of_relations_within_a_stratum_does_not_change_any_case(monkeypatch):
+    from pathlib import Path
+
+    from slurm_attrib.engine import relate
+    from slurm_attrib.engine.pipeline import judge_path
+
+    cases = sorted(p.parent for p in (Path(__file__).parent / "data").glob("*/*/expected.yaml"))
+
+    def judged() -> list:
+        return [sorted((e.rule_id, e.order, e.role, e.strength, sorted(e.notes), sorted(e.decided_by)) for e in judge_path(case)[1])
+                for case in cases]
+
+    forward = judged()
+    monkeypatch.setattr(relate, "relations", lambda rule_dirs=(): tuple(reversed(RELATIONS)))
+    assert judged() == forward

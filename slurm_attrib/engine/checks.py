@@ -12,8 +12,8 @@ by name (checked when the relations load) and is tested through the relations th
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.jobwindow import BEFORE, INSIDE, WINDOW_SLACK_AFTER, WINDOW_SLACK_BEFORE, window_side
@@ -24,6 +24,12 @@ from slurm_attrib.ingest.types import JobContext
 class JudgeContext:
     job: JobContext
     events: list[Event]
+    memo: dict[tuple, Any] = field(default_factory=dict)  # what a check computes once over all events
+
+    def once(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
 
 
 # -- suppress --------------------------------------------------------------------------------------
@@ -40,7 +46,34 @@ def outside_job_window(event: Event, context: JudgeContext, before: float = WIND
     return "before the job started" if side == BEFORE else "after the job ended"
 
 
-SUPPRESS_CHECKS: dict[str, Callable[..., str | None]] = {"outside_job_window": outside_job_window}
+def _lines_of(context: JudgeContext, types: list[str], pick: Callable[[int, int], int]) -> dict[int, int]:
+    """Per file (index), the first or last line (`pick`: min or max) of an event of these types."""
+    def compute() -> dict[int, int]:
+        found: dict[int, int] = {}
+        for event in context.events:
+            if event.type in types:
+                file_index, line = event.order
+                found[file_index] = pick(line, found.get(file_index, line))
+        return found
+
+    return context.once(("lines_of", tuple(types), pick), compute)
+
+
+def after_in_same_file(event: Event, context: JudgeContext, types: list[str]) -> str | None:
+    """The event's line comes after the first event of one of `types` in the same file."""
+    first = _lines_of(context, types, min).get(event.order[0])
+    return f"after line {first}" if first is not None and event.order[1] > first else None
+
+
+def before_in_same_file(event: Event, context: JudgeContext, types: list[str]) -> str | None:
+    """The event's line comes before the last event of one of `types` in the same file."""
+    last = _lines_of(context, types, max).get(event.order[0])
+    return f"before line {last}" if last is not None and event.order[1] < last else None
+
+
+SUPPRESS_CHECKS: dict[str, Callable[..., str | None]] = {"outside_job_window": outside_job_window,
+                                                         "after_in_same_file": after_in_same_file,
+                                                         "before_in_same_file": before_in_same_file}
 
 
 # -- explains --------------------------------------------------------------------------------------

@@ -267,23 +267,6 @@ def exit_signal(job: JobContext) -> int | None:
     return SIGTERM if code_number == SIGTERM else None
 
 
-def demote_teardown(events: list[Event]) -> None:
-    """Weak application errors printed after the job said it completed are teardown noise; a
-    specific one (strength 2+: a collective mismatch, a CUDA error in the final evaluation) still
-    ended the job."""
-    done_at: dict[int, int] = {}
-    for event in events:
-        if event.type in ("job_progress_done", "program_exit"):
-            file_index, line = event.order
-            done_at[file_index] = min(line, done_at.get(file_index, line))
-    for event in events:
-        file_index, line = event.order
-        if (event.role == "cause" and event.domain == "application" and event.strength < 2
-                and line > done_at.get(file_index, 1 << 62)):
-            event.role = "context"
-            event.notes["teardown"] = "after the job reported completion"
-
-
 def without_leads_on_read_lines(events: list[Event]) -> list[Event]:
     """A second-look lead stands only on a line no rule proper gave a meaning: a line a rule
     knows as a symptom or as harmless context is that (markers only feed the maps).  A line

@@ -42,6 +42,8 @@ def matches(match: EventMatch, event: Event) -> bool:
         and (not match.domain or event.domain in match.domain)
         and (not match.category or event.category in match.category)
         and (not match.kind or event.kind in match.kind)
+        and (not match.strength or event.strength in match.strength)
+        and (match.fallback is None or event.fallback == match.fallback)
         and (match.trusted is None or event.trusted == match.trusted)
         and (match.timed is None or (event.time is not None) == match.timed)
         and all(key in event.notes for key in match.noted)
@@ -61,6 +63,9 @@ def _apply(effect: Effect, event: Event, relation: Relation) -> None:
 
 
 def suppress(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = ()) -> None:
+    """Every suppress relation reads the events as they entered the stratum; the demotions are
+    applied after all have been read, so their order does not matter."""
+    decisions = []
     for relation in relations(rule_dirs):
         if relation.kind != "suppress":
             continue
@@ -70,8 +75,23 @@ def suppress(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, 
             if matches(relation.target, event):
                 reason = check(event, context, **parameters)
                 if reason is not None:
-                    event.notes[relation.note] = reason
-                    _apply(relation.set, event, relation)
+                    decisions.append((relation, event, reason))
+    for relation, event, reason in decisions:
+        event.notes[relation.note] = relation.says or reason
+        _demote(relation.set, event, relation)
+
+
+DEMOTION = ("context", "symptom", "cause")  # weakest first
+
+
+def _demote(effect: Effect, event: Event, relation: Relation) -> None:
+    """Lower the event's role and strength to the relation's, never raise them: two suppressions
+    of one event give the same result in either order."""
+    if effect.role is not None and event.role in DEMOTION and DEMOTION.index(effect.role) < DEMOTION.index(event.role):
+        event.role = effect.role
+    if effect.strength is not None:
+        event.strength = min(event.strength, effect.strength)
+    event.decided_by.append(relation.id)
 
 
 def aggregate(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = ()) -> list[Event]:

@@ -11,10 +11,14 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     # suppress: targets the check holds for lose their weight (demote only)
     target: {role: [cause, symptom, context], timed: true}
     check: {outside_job_window: {}}   # one named check (engine/checks.py) and its parameters
-    set: {role: context}              # role and/or strength
+    set: {role: context}              # role (symptom, context) and/or strength: never raised
     note: outside_window              # the notes key the check's reason is kept under
+    says: after the job completed     # optional: the reason kept, instead of the check's own
     # aggregate: groups of events that together mean more than each (a count that promotes)
     events: {type: [host_memory_ce], role: [context], not_noted: [outside_window]}
+                                      # matcher keys: rule, type, role, domain, category, kind,
+                                      # strength (a list), trusted, timed, fallback (a second-look
+                                      # lead), noted, not_noted, fields
     group_by: [node]
     at_least: 5                       # lines, a collapsed event's repeats included
     only_if: [job_not_completed]      # checks on the job as a whole
@@ -33,8 +37,10 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
         expect: {decided: ['gpu.xid@gpu03']}   # rule@node of each event it changed; [] = never fires
 
 The evaluator (engine/relate.py) runs them in strata: suppress, then aggregate, then explains;
-within a kind the order of relations does not change the result.  Every change records the
-relation's id on the event (`decided_by`), which the diagnosis and `sattrib explain` show.
+within a kind the order of relations does not change the result: every suppress relation reads
+the events as they entered the stratum, and the demotions apply after all have been read.  Every
+change records the relation's id on the event (`decided_by`), which the diagnosis and `sattrib
+explain` show.
 """
 
 from __future__ import annotations
@@ -66,8 +72,10 @@ class EventMatch(Strict):
     domain: list[str] = []
     category: list[str] = []
     kind: list[str] = []
+    strength: list[int] = []
     trusted: bool | None = None
     timed: bool | None = None  # has a wall-clock time
+    fallback: bool | None = None  # a second-look lead (rules/fallback.yaml)
     noted: list[str] = []  # carries every one of these notes keys
     not_noted: list[str] = []  # carries none of them
     fields: dict[str, list[Any]] = {}  # field name: allowed values
@@ -148,6 +156,8 @@ class Relation(Strict):
             raise ValueError("one named check per relation")
         if self.kind == "suppress" and not self.check:
             raise ValueError("a suppress relation needs a `check`")
+        if self.kind == "suppress" and (self.set.category is not None or self.set.role in ("cause", "marker")):
+            raise ValueError("a suppress relation only demotes: `set` takes role symptom or context, and strength")
         if self.kind in ("suppress", "aggregate") and not self.note:
             raise ValueError(f"a {self.kind} relation names the `note` key its reason is kept under")
         if not any(not t.expect["decided"] for t in self.tests) or not any(t.expect["decided"] for t in self.tests):
