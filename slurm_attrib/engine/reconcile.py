@@ -283,21 +283,6 @@ def without_leads_on_read_lines(events: list[Event]) -> list[Event]:
     return [e for e in events if not (e.fallback and e.role == "cause") or id(e) in leads]
 
 
-def demote_outlived_leads(events: list[Event]) -> None:
-    """A second-look lead followed, in the same file, by the program's own progress (benchmark
-    rows, training steps reporting a loss) did not stop the program: context, not a cause."""
-    progress_from: dict[int, int] = {}
-    for event in events:
-        if event.type == "work_progress":
-            file_index, line = event.order
-            progress_from[file_index] = max(line, progress_from.get(file_index, 0))
-    for event in events:
-        file_index, line = event.order
-        if event.fallback and event.role == "cause" and line < progress_from.get(file_index, 0):
-            event.role = "context"
-            event.notes["went_on"] = "the program went on working after it"
-
-
 # Notices that a job is being ended from outside or by its own plan.  When nothing failed before
 # one, it is the origin (as `likely`: only Slurm's own state or banner confirms a scheduler end):
 # torchrun's agent told to stop, srun tearing down a step, a requeue, a framework's preemption or
