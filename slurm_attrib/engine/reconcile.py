@@ -462,20 +462,3 @@ def setup_phase_timeouts(events: list[Event], evidence: Evidence) -> None:
                                "reported no timeout: rank 0 was still busy setting up (data preparation) for longer than the "
                                "process-group timeout; raise the timeout (init_process_group(timeout=...), ddp_timeout) or "
                                "prepare the data before starting the process group")
-
-
-# Lines that only wrap another error (`terminate called after throwing an instance of ...`):
-# they never outrank the error they wrap, printed within a few lines of them.
-WRAPPER_TYPES = {"process_abort"}
-WRAPPER_REACH = 8
-
-
-def demote_wrappers(events: list[Event]) -> None:
-    wrapped = [e for e in events if e.role == "cause" and e.type not in WRAPPER_TYPES and e.category]
-    for event in events:
-        if event.role != "cause" or event.type not in WRAPPER_TYPES:
-            continue
-        inner = [w for w in wrapped if w.order[0] == event.order[0] and abs(w.order[1] - event.order[1]) <= WRAPPER_REACH]
-        if inner:
-            event.role, event.explained_by = "symptom", min(inner, key=lambda w: w.order)
-            event.notes["wrapper"] = "wraps the error printed next to it"

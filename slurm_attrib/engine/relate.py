@@ -38,6 +38,7 @@ def matches(match: EventMatch, event: Event) -> bool:
     return (
         (not match.rule or event.rule_id in match.rule)
         and (not match.type or event.type in match.type)
+        and event.type not in match.not_type
         and (not match.role or event.role in match.role)
         and (not match.domain or event.domain in match.domain)
         and (not match.category or event.category in match.category)
@@ -116,23 +117,40 @@ def aggregate(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path,
 
 
 def explain(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = ()) -> None:
+    """Every explains relation reads the events as they entered the stratum; the edges apply after
+    all have been read.  An effect several edges reach is explained by the earliest cause (then
+    the relation id), and records every relation that reached it."""
+    into: dict[int, list[tuple[Event, Event, Relation]]] = defaultdict(list)
     for relation in relations(rule_dirs):
         if relation.kind != "explains":
             continue
-        (name, parameters), = relation.check.items()
-        is_cause: Callable[[Event], bool] = lambda e, r=relation: matches(r.cause, e)
-        is_effect: Callable[[Event], bool] = lambda e, r=relation: matches(r.effect, e)
-        groups: dict[tuple, list[Event]] = defaultdict(list)
-        for event in events:
-            if is_cause(event) or is_effect(event) or _among(relation, event):
-                groups[tuple(_group_value(event, key) for key in relation.scope)].append(event)
-        for members in groups.values():
-            members.sort(key=lambda e: e.sort_key)
-            for cause, effect in EXPLAINS_CHECKS[name](members, is_cause, is_effect, **parameters):
-                effect.explained_by = cause
-                if effect.role == "cause":  # an effect with an incoming edge is its cause's symptom
-                    effect.role = "symptom"
-                effect.decided_by.append(relation.id)
+        for cause, effect in _edges(relation, events):
+            into[id(effect)].append((cause, effect, relation))
+    for edges in into.values():
+        edges.sort(key=lambda edge: (edge[0].sort_key, edge[2].id))
+        cause, effect, _ = edges[0]
+        effect.explained_by = cause
+        if effect.role == "cause":  # an effect with an incoming edge is its cause's symptom
+            effect.role = "symptom"
+        for relation in sorted({edge[2].id: edge[2] for edge in edges}.values(), key=lambda r: r.id):
+            if relation.note:
+                effect.notes[relation.note] = relation.says
+            effect.decided_by.append(relation.id)
+
+
+def _edges(relation: Relation, events: list[Event]) -> list[tuple[Event, Event]]:
+    (name, parameters), = relation.check.items()
+    is_cause: Callable[[Event], bool] = lambda e: matches(relation.cause, e)
+    is_effect: Callable[[Event], bool] = lambda e: matches(relation.effect, e)
+    groups: dict[tuple, list[Event]] = defaultdict(list)
+    for event in events:
+        if is_cause(event) or is_effect(event) or _among(relation, event):
+            groups[tuple(_group_value(event, key) for key in relation.scope)].append(event)
+    found = []
+    for members in groups.values():
+        members.sort(key=lambda e: e.sort_key)
+        found += EXPLAINS_CHECKS[name](members, is_cause, is_effect, **parameters)
+    return found
 
 
 def _among(relation: Relation, event: Event) -> bool:

@@ -16,7 +16,7 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     says: after the job completed     # optional: the reason kept, instead of the check's own
     # aggregate: groups of events that together mean more than each (a count that promotes)
     events: {type: [host_memory_ce], role: [context], not_noted: [outside_window]}
-                                      # matcher keys: rule, type, role, domain, category, kind,
+                                      # matcher keys: rule, type, not_type, role, domain, category, kind,
                                       # strength (a list), trusted, timed, fallback (a second-look
                                       # lead), noted, not_noted, fields
     group_by: [node]
@@ -31,14 +31,16 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     effect: {type: [gpu_xid], role: [symptom]}
     scope: [node]                     # what cause and effect must share
     check: {same_burst: {silence: 180}}
+    note: wrapper                     # optional: a notes key the effect gets, with `says`
     tests:                            # input lines and what the relation decided (see below)
       - name: ...
         input: {gpu03/dmesg.txt: '...'}
         expect: {decided: ['gpu.xid@gpu03']}   # rule@node of each event it changed; [] = never fires
 
 The evaluator (engine/relate.py) runs them in strata: suppress, then aggregate, then explains;
-within a kind the order of relations does not change the result: every suppress relation reads
-the events as they entered the stratum, and the demotions apply after all have been read.  Every
+within a kind the order of relations does not change the result: every suppress or explains
+relation reads the events as they entered its stratum, and the changes apply after all have been
+read (an effect two edges reach is explained by the earlier cause).  Every
 change records the relation's id on the event (`decided_by`), which the diagnosis and `sattrib
 explain` show.
 """
@@ -68,6 +70,7 @@ class EventMatch(Strict):
 
     rule: list[str] = []
     type: list[str] = []
+    not_type: list[str] = []  # of none of these types
     role: list[Literal["cause", "symptom", "context", "marker"]] = []
     domain: list[str] = []
     category: list[str] = []
