@@ -1,4 +1,4 @@
-"""Correlation across nodes: recurring application Xids, cause-to-symptom links, hangs."""
+"""Correlation across nodes: cause-to-symptom links, hangs."""
 
 from __future__ import annotations
 
@@ -13,39 +13,6 @@ EXPLAIN_HORIZON = 3600.0  # a cause explains what follows it within this time
 # Events that say a collective stalled: watchdog timeouts, "Some NCCL operations have failed or
 # timed out", the heartbeat monitor's "watchdog got stuck".
 HANG_TYPES = frozenset({"collective_timeout", "collective_failure", "watchdog_hang"})
-
-
-# NVIDIA's investigatory workflows for Xid 13 and 31 (domain-facts: WORKFLOW_XID_13/31): an
-# application fault unless it recurs on one GPU across different applications.
-RECURRENCE_XIDS = frozenset({13, 31})
-RECURRENCE_PROCESSES = 3  # distinct processes faulting on one GPU ...
-
-
-def recurring_application_xids(events: list[Event]) -> None:
-    """Xid 13/31 from at least RECURRENCE_PROCESSES processes on one GPU, while the node's other
-    GPUs show none, point at that GPU: its first such Xid in the window becomes a GPU cause
-    (likely at most: a recurrence is no proof, and never drained on it alone)."""
-    by_gpu: dict[tuple, list[Event]] = defaultdict(list)
-    for event in events:
-        if event.type == "gpu_xid" and event.fields.get("xid") in RECURRENCE_XIDS and event.fields.get("pci"):
-            by_gpu[(event.node, event.fields["pci"])].append(event)
-    gpus_per_node = defaultdict(set)
-    for node, pci in by_gpu:
-        gpus_per_node[node].add(pci)
-    for (node, pci), faults in by_gpu.items():
-        pids = {e.fields.get("pid") for e in faults if e.fields.get("pid")}
-        if len(pids) < RECURRENCE_PROCESSES or len(gpus_per_node[node]) > 1:
-            continue
-        inside = sorted((e for e in faults if e.role == "cause"), key=lambda e: e.sort_key)
-        if not inside:
-            continue
-        first = inside[0]
-        first.domain, first.category, first.strength = "gpu", "gpu_hardware_other", 2
-        first.notes.pop("no_culprit", None)
-        first.notes["inferred"] = (f"Xid {first.fields['xid']} recurred on GPU {pci} in {len(pids)} different processes "
-                                   "while the node's other GPUs showed none: the GPU is suspect")
-
-
 
 
 def explains(cause: Event, effect: Event) -> bool:

@@ -44,8 +44,8 @@ def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_
     reconcile.date_node_failures(events, last_seen)
     context = JudgeContext(job, events)
     relate.suppress(events, context, rule_dirs)
+    relate.aggregate(events, context, rule_dirs)
     relate.explain(events, context, rule_dirs)
-    correlate.recurring_application_xids(events)
     reconcile.cancelled_for_memory(events)
     reconcile.cancelled_after_task_failure(events)
     reconcile.setup_phase_timeouts(events, evidence)
@@ -97,7 +97,7 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float],
            rule_dirs: tuple) -> Verdict:
     job, nodes_without_logs = evidence.job, evidence.nodes_without_logs()
     candidates = ([e for e in events if e.role == "cause"] or _flushed_transfers(events) or _mismatched_collectives(events)
-                  or _duplicate_ranks(events, job) or relate.aggregate(events, context, rule_dirs))
+                  or _duplicate_ranks(events, job) or relate.aggregate(events, context, rule_dirs, last_resort=True))
     if not candidates:
         return _judge_without_cause(events, evidence)
     primary, rivals = _choose_primary(candidates)

@@ -1,9 +1,13 @@
 """The relations evaluator: rules/relations/*.yaml applied to a job's events, in strata.
 
-1. suppress: targets a check holds for lose weight (role, strength); demotion only, so the order of
-   suppress relations does not matter.
-2. aggregate: groups that reach a count promote their first event (read after suppression).
+1. suppress: targets a check holds for lose weight (role, strength); demotion only.
+2. aggregate: groups that reach a count promote their first event (read after suppression);
+   last-resort aggregates run apart, once the rest of the judgement found no cause.
 3. explains: edges from causes to effects; an effect with an edge is its cause's symptom.
+
+Within a stratum every relation reads the events as they entered it, and the changes apply after
+all have been read: the order of relations does not change the result (tests/test_relations.py
+runs every case with the relations reversed).
 
 Each change appends the relation's id to the event's `decided_by`; suppress and aggregate keep
 their reason under the relation's `note` key, as the passes they replace did.
@@ -21,6 +25,7 @@ from slurm_attrib.engine.checks import EXPLAINS_CHECKS, JOB_CHECKS, SUPPRESS_CHE
 from slurm_attrib.engine.events import Event
 from slurm_attrib.errors import RuleError
 from slurm_attrib.ruleset.relations import Effect, EventMatch, Relation, load_relations
+from slurm_attrib.vocab import DOMAIN_OF_CATEGORY
 
 
 @cache
@@ -47,6 +52,7 @@ def matches(match: EventMatch, event: Event) -> bool:
         and (match.fallback is None or event.fallback == match.fallback)
         and (match.trusted is None or event.trusted == match.trusted)
         and (match.timed is None or (event.time is not None) == match.timed)
+        and all(event.fields.get(name) is not None for name in match.present)
         and all(key in event.notes for key in match.noted)
         and not any(key in event.notes for key in match.not_noted)
         and all(event.fields.get(name) in allowed for name, allowed in match.fields.items())
@@ -57,9 +63,11 @@ def _apply(effect: Effect, event: Event, relation: Relation) -> None:
     if effect.role is not None:
         event.role = effect.role
     if effect.category is not None:
-        event.category = effect.category
+        event.domain, event.category = DOMAIN_OF_CATEGORY[effect.category], effect.category
     if effect.strength is not None:
         event.strength = effect.strength
+    for key in effect.clear:
+        event.notes.pop(key, None)
     event.decided_by.append(relation.id)
 
 
@@ -95,25 +103,45 @@ def _demote(effect: Effect, event: Event, relation: Relation) -> None:
     event.decided_by.append(relation.id)
 
 
-def aggregate(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = ()) -> list[Event]:
-    """The events the aggregate relations promoted (each its group's first)."""
-    promoted = []
+def aggregate(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = (),
+              last_resort: bool = False) -> list[Event]:
+    """The events the aggregate relations promoted (each its group's first).  Every relation reads
+    the events as they entered the stratum; the promotions apply after all have been read.
+    last_resort: the relations read only when the judgement found no cause."""
+    promotions = []
     for relation in relations(rule_dirs):
-        if relation.kind != "aggregate" or not all(JOB_CHECKS[name](context) for name in relation.only_if):
+        if (relation.kind != "aggregate" or relation.last_resort != last_resort
+                or not all(JOB_CHECKS[name](context) for name in relation.only_if)):
             continue
-        groups: dict[tuple, list[Event]] = defaultdict(list)
-        for event in events:
-            if matches(relation.events, event):
-                groups[tuple(_group_value(event, key) for key in relation.group_by)].append(event)
-        for key, members in groups.items():
+        promotions += _promotions(relation, events)
+    for relation, first, says in promotions:
+        _apply(relation.promote, first, relation)
+        first.notes[relation.note] = says
+    return [first for _, first, _ in promotions]
+
+
+def _promotions(relation: Relation, events: list[Event]) -> list[tuple[Relation, Event, str]]:
+    groups: dict[tuple, list[Event]] = defaultdict(list)
+    for event in events:
+        if matches(relation.events, event):
+            groups[tuple(_group_value(event, key) for key in relation.group_by)].append(event)
+    found = []
+    for key, members in groups.items():
+        if any(len({e.fields.get(name) for e in members}) > 1 for name in relation.same):
+            continue
+        if relation.distinct:
+            count = len({e.fields[relation.distinct] for e in members if e.fields.get(relation.distinct)})
+        else:
             count = sum(e.repeats for e in members)
-            if count < relation.at_least:
-                continue
-            first = min(members, key=lambda e: e.sort_key)
-            _apply(relation.promote, first, relation)
-            first.notes[relation.note] = _says(relation, count, dict(zip(relation.group_by, key)))
-            promoted.append(first)
-    return promoted
+        which = relation.promote.which
+        eligible = [e for e in members if which is None or matches(which, e)]
+        if count < relation.at_least or not eligible:
+            continue
+        first = min(eligible, key=lambda e: e.sort_key)
+        values = {**first.fields, **{name: members[0].fields.get(name) for name in relation.same},
+                  **dict(zip(relation.group_by, key)), "count": count}
+        found.append((relation, first, _says(relation, values)))
+    return found
 
 
 def explain(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = ()) -> None:
@@ -175,11 +203,11 @@ def _group_value(event: Event, key: str):
 _OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
 
 
-def _says(relation: Relation, count: int, group: dict) -> str:
-    """The relation's `says` with {count} and the group's values; a [bracketed part] is left out
-    when a value it names is unknown ('{count} reports[ on {node}]')."""
+def _says(relation: Relation, values: dict) -> str:
+    """The relation's `says` with {count}, the group's values and the promoted event's fields; a
+    [bracketed part] is left out when a value it names is unknown ('{count} reports[ on {node}]')."""
     def part(found: re.Match) -> str:
         names = re.findall(r"\{(\w+)\}", found.group(1))
-        return "" if any(group.get(name) is None for name in names) else found.group(1)
+        return "" if any(values.get(name) is None for name in names) else found.group(1)
 
-    return _OPTIONAL.sub(part, relation.says).format(count=count, **group)
+    return _OPTIONAL.sub(part, relation.says).format_map(values)

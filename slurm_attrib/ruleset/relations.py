@@ -16,15 +16,23 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     says: after the job completed     # optional: the reason kept, instead of the check's own
     # aggregate: groups of events that together mean more than each (a count that promotes)
     events: {type: [host_memory_ce], role: [context], not_noted: [outside_window]}
-                                      # matcher keys: rule, type, not_type, role, domain, category, kind,
-                                      # strength (a list), trusted, timed, fallback (a second-look
-                                      # lead), noted, not_noted, fields
+                                      # matcher keys: rule, type, not_type, role, domain, category,
+                                      # kind, strength (a list), trusted, timed, fallback (a
+                                      # second-look lead), present (fields it has), noted,
+                                      # not_noted, fields
     group_by: [node]
-    at_least: 5                       # lines, a collapsed event's repeats included
+    same: [pci]                       # optional: fields all of a group share (one GPU of the node)
+    distinct: pid                     # optional: count the group's distinct values of this field
+    at_least: 5                       # lines, a collapsed event's repeats included (or distinct values)
     only_if: [job_not_completed]      # checks on the job as a whole
     promote: {role: cause, category: host_hardware_other, strength: 1}
-    note: inferred                    # with the text of `says`: {count} and the group's fields
+                                      # the category brings its domain; also `which:` (a matcher:
+                                      # the group's first event it holds for is promoted) and
+                                      # `clear:` (notes keys whose reason the promotion ends)
+    note: inferred                    # kept with the text of `says`, which may name {count}, the
     says: '{count} corrected memory-error reports on {node}: a failing DIMM'
+                                      # group's fields and the promoted event's fields
+    last_resort: true                 # read only when the judgement found no cause (its last inference)
     yields_to_leads: false            # true: the fallback rules' leads (second look) outrank it
     # explains: an effect with an edge from a cause is its symptom
     cause: {type: [gpu_xid], role: [cause]}
@@ -37,10 +45,11 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
         input: {gpu03/dmesg.txt: '...'}
         expect: {decided: ['gpu.xid@gpu03']}   # rule@node of each event it changed; [] = never fires
 
-The evaluator (engine/relate.py) runs them in strata: suppress, then aggregate, then explains;
-within a kind the order of relations does not change the result: every suppress or explains
-relation reads the events as they entered its stratum, and the changes apply after all have been
-read (an effect two edges reach is explained by the earlier cause).  Every
+The evaluator (engine/relate.py) runs them in strata: suppress, then aggregate, then explains
+(last-resort aggregates once the rest of the judgement found no cause); within a kind the order
+of relations does not change the result: every relation reads the events as they entered its
+stratum, and the changes apply after all have been read (an effect two edges reach is explained by
+the earlier cause).  Every
 change records the relation's id on the event (`decided_by`), which the diagnosis and `sattrib
 explain` show.
 """
@@ -79,6 +88,7 @@ class EventMatch(Strict):
     trusted: bool | None = None
     timed: bool | None = None  # has a wall-clock time
     fallback: bool | None = None  # a second-look lead (rules/fallback.yaml)
+    present: list[str] = []  # has each of these fields
     noted: list[str] = []  # carries every one of these notes keys
     not_noted: list[str] = []  # carries none of them
     fields: dict[str, list[Any]] = {}  # field name: allowed values
@@ -110,8 +120,17 @@ class EventMatch(Strict):
 
 class Effect(Strict):
     role: Literal["cause", "symptom", "context", "marker"] | None = None
-    category: str | None = None
+    category: str | None = None  # its domain comes with it
     strength: int | None = Field(default=None, ge=1, le=3)
+    which: EventMatch | None = None  # aggregate: the group's first event this holds for (default: its first)
+    clear: list[str] = []  # aggregate: notes keys whose reason the promotion ends (no_culprit)
+
+    @field_validator("category")
+    @classmethod
+    def _known_category(cls, value: str | None) -> str | None:
+        if value is not None and value not in DOMAIN_OF_CATEGORY:
+            raise ValueError(f"unknown category {value!r}")
+        return value
 
 
 class RelationTest(Strict):
@@ -133,8 +152,12 @@ class Relation(Strict):
     # aggregate
     events: EventMatch | None = None
     group_by: list[str] = []
+    same: list[str] = []  # fields every event of a group shares (else the group promotes nothing)
+    distinct: str = ""  # count the group's distinct values of this field, not its lines
     at_least: int = Field(default=1, ge=1)
     only_if: list[str] = []
+    # read only when no event is a cause after the whole judgement: its last inference
+    last_resort: bool = False
     promote: Effect | None = None
     says: str = ""
     # an inference from how the job ended (a failed task): a lead the fallback rules' second look
@@ -159,7 +182,8 @@ class Relation(Strict):
             raise ValueError("one named check per relation")
         if self.kind == "suppress" and not self.check:
             raise ValueError("a suppress relation needs a `check`")
-        if self.kind == "suppress" and (self.set.category is not None or self.set.role in ("cause", "marker")):
+        if self.kind == "suppress" and (self.set.category is not None or self.set.role in ("cause", "marker")
+                                        or self.set.which is not None or self.set.clear):
             raise ValueError("a suppress relation only demotes: `set` takes role symptom or context, and strength")
         if self.kind in ("suppress", "aggregate") and not self.note:
             raise ValueError(f"a {self.kind} relation names the `note` key its reason is kept under")
