@@ -95,3 +95,17 @@ def test_the_order_of_relations_within_a_stratum_does_not_change_any_case(monkey
     forward = judged()
     monkeypatch.setattr(relate, "relations", lambda rule_dirs=(): tuple(reversed(RELATIONS)))
     assert judged() == forward
+
+
+def test_after_runs_a_suppression_in_a_later_round_and_refuses_a_cycle_or_an_unknown_id():
+    from slurm_attrib.engine.relate import suppress_rounds
+    from slurm_attrib.errors import RuleError
+
+    first, second = (Relation.model_validate(_relation(id=f"sup.{name}", after=after))
+                     for name, after in (("first", []), ("second", ["sup.first"])))
+    assert [[r.id for r in round_] for round_ in suppress_rounds((second, first))] == [["sup.first"], ["sup.second"]]
+    looped = Relation.model_validate(_relation(id="sup.first", after=["sup.second"]))
+    with pytest.raises(RuleError, match="cycle"):
+        suppress_rounds((looped, second))
+    with pytest.raises(RuleError, match="no suppress relation"):
+        suppress_rounds((second,))

@@ -11,7 +11,9 @@ by name (checked when the relations load) and is tested through the relations th
 
 from __future__ import annotations
 
+import bisect
 import inspect
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -71,7 +73,67 @@ def before_in_same_file(event: Event, context: JudgeContext, types: list[str]) -
     return f"before line {last}" if last is not None and event.order[1] < last else None
 
 
+def recovered_before_failure(event: Event, context: JudgeContext, recoveries: list[str], connection: dict[str, str],
+                             grace: float) -> str | None:
+    """The node saw the outage end (an event of `recoveries`) and nothing outside storage failed
+    (a cause or symptom) from the loss until `grace` seconds after it ended.  A loss naming its
+    connection (the field `connection` gives for its type) ends at that connection's first
+    recovery on the node after it; a loss naming none at the node's last recovery."""
+    if event.node is None or event.time is None:
+        return None
+    by_connection = context.once(("recoveries", tuple(recoveries), tuple(sorted(connection.items()))),
+                                 lambda: _recoveries(context.events, recoveries, connection))
+    failures = context.once(("failure_times",), lambda: sorted(
+        e.time for e in context.events if e.role in ("cause", "symptom") and e.time is not None and e.domain != "storage"))
+    ended = _recovered_at(by_connection, event.node, _connection(event, connection), event.time)
+    if ended is None:
+        return None
+    index = bisect.bisect_left(failures, event.time)
+    if index < len(failures) and failures[index] <= ended + grace:
+        return None
+    return "the filesystem came back before anything failed"
+
+
+def _connection(event: Event, connection: dict[str, str]) -> str | None:
+    field_name = connection.get(event.type)
+    return (event.fields.get(field_name) or None) if field_name else None
+
+
+def _recoveries(events: list[Event], types: list[str], connection: dict[str, str]) -> dict[tuple, list[float]]:
+    """Recovery times by (node, connection), sorted; (node, None) holds every recovery of the node."""
+    found: dict[tuple, list[float]] = defaultdict(list)
+    for event in events:
+        if event.type in types and event.node and event.time is not None:
+            found[(event.node, None)].append(event.time)
+            named = _connection(event, connection)
+            if named:
+                found[(event.node, named)].append(event.time)
+    for times in found.values():
+        times.sort()
+    return found
+
+
+def _recovered_at(recoveries: dict[tuple, list[float]], node: str, connection: str | None, lost_at: float) -> float | None:
+    """When the loss ended: its connection's first recovery after it, or the node's last one."""
+    times = recoveries.get((node, connection), [])
+    if connection is None:
+        return times[-1] if times and times[-1] >= lost_at else None
+    index = bisect.bisect_left(times, lost_at)
+    return times[index] if index < len(times) else None
+
+
+def noted_on_its_node(event: Event, context: JudgeContext, noted: str, at_least: int, not_noted: str = "") -> str | None:
+    """At least `at_least` events of the event's node carry the note `noted` (and not `not_noted`)."""
+    def count() -> Counter:
+        return Counter(e.node for e in context.events if noted in e.notes and not (not_noted and not_noted in e.notes))
+
+    found = context.once(("noted_on_its_node", noted, not_noted), count)[event.node]
+    return f"{found} events of its node are noted {noted}" if found >= at_least else None
+
+
 SUPPRESS_CHECKS: dict[str, Callable[..., str | None]] = {"outside_job_window": outside_job_window,
+                                                         "recovered_before_failure": recovered_before_failure,
+                                                         "noted_on_its_node": noted_on_its_node,
                                                          "after_in_same_file": after_in_same_file,
                                                          "before_in_same_file": before_in_same_file}
 

@@ -53,7 +53,6 @@ def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_
     reconcile.reconcile_with_job_state(events, job)
     reconcile.discard_contradicted_claims(events, evidence)
     reconcile.prefer_corroborating_kernel_events(events)
-    reconcile.discount_recovered_storage(events)
     verdict = _judge(events, evidence, last_seen, context, rule_dirs)
     drains = _drains(verdict, job)
     symptoms = assemble.symptom_groups(events)

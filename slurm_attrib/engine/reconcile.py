@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import bisect
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 from slurm_attrib.engine.correlate import SKEW
 from slurm_attrib.engine.events import Event, is_failed_task
@@ -145,97 +144,6 @@ def prefer_corroborating_kernel_events(events: list[Event]) -> None:
 
 def _near(a: Event, b: Event) -> bool:
     return a.time is None or b.time is None or abs(a.time - b.time) <= CORROBORATION_WINDOW
-
-
-STORAGE_RECOVERY = {"nfs_ok", "lustre_restored"}  # `nfs: server X OK`, `Connection restored to`
-
-# The field naming the connection a loss or recovery line is about, for the lines whose recovery
-# names it too.  Lustre: the `<obd>:` prefix, one import of one target, the same in the lost,
-# evicted and restored lines of every version (the name after `restored to` is a NID since 2.8).
-# NFS: the server.
-CONNECTION_FIELD = {
-    "lustre_connection_lost": "device",
-    "lustre_evicted": "device",
-    "lustre_connect_refused": "device",
-    "lustre_restored": "device",
-    "nfs_not_responding": "server",
-    "nfs_state_manager_failed": "server",
-    "nfs_ok": "server",
-}
-
-
-def discount_recovered_storage(events: list[Event]) -> None:
-    """A filesystem outage the node saw end (`server OK`, `Connection restored`) with nothing
-    failing while it lasted (nor soon after) is context: the job failed later, of something else.
-
-    A loss naming its connection ends at the first recovery of that connection on that node after
-    it: a node whose Lustre drops and comes back all through the job explains none of its losses
-    by a later one's recovery.  A loss naming none ends at the node's last recovery."""
-    recoveries = _recoveries(events)
-    failures = sorted(
-        e.time for e in events if e.role in ("cause", "symptom") and e.time is not None and e.domain != "storage"
-    )
-    for event in events:
-        if not (event.role == "cause" and event.category == "filesystem_error" and event.trusted
-                and event.node and event.time is not None):
-            continue
-        ended = _recovered_at(recoveries, event.node, _connection(event), event.time)
-        if ended is not None and not _any_between(failures, event.time, ended + RECOVERY_GRACE):
-            event.role = "context"
-            event.notes["recovered"] = "the filesystem came back before anything failed"
-    _weaken_routine_outages(events)
-
-
-ROUTINE_RECOVERIES = 3  # harmless recoveries on one node that make its next outage routine
-
-
-def _weaken_routine_outages(events: list[Event]) -> None:
-    """On a node whose filesystem dropped and came back harmlessly again and again during the job,
-    one more outage is what that node does all day: a generic lead (strength 1), which a specific
-    fault elsewhere outranks, not a finding that outranks it by being earlier."""
-    harmless = Counter(e.node for e in events if "recovered" in e.notes and "outside_window" not in e.notes)
-    for event in events:
-        if (event.role == "cause" and event.category == "filesystem_error" and event.strength > 1
-                and harmless[event.node] >= ROUTINE_RECOVERIES):
-            event.strength = 1
-            event.notes["routine"] = f"the filesystem dropped and came back {harmless[event.node]} times on this node while the job ran"
-
-
-def _connection(event: Event) -> str | None:
-    field_name = CONNECTION_FIELD.get(event.type)
-    return (event.fields.get(field_name) or None) if field_name else None
-
-
-def _recoveries(events: list[Event]) -> dict[tuple[str, str | None], list[float]]:
-    """Recovery times by (node, connection), sorted; (node, None) holds every recovery of the node."""
-    recoveries: dict[tuple[str, str | None], list[float]] = defaultdict(list)
-    for event in events:
-        if event.type in STORAGE_RECOVERY and event.node and event.time is not None:
-            recoveries[(event.node, None)].append(event.time)
-            connection = _connection(event)
-            if connection:
-                recoveries[(event.node, connection)].append(event.time)
-    for times in recoveries.values():
-        times.sort()
-    return recoveries
-
-
-def _recovered_at(recoveries: dict[tuple[str, str | None], list[float]], node: str, connection: str | None,
-                  lost_at: float) -> float | None:
-    """When the loss ended: its connection's first recovery after it, or the node's last one."""
-    times = recoveries.get((node, connection), [])
-    if connection is None:
-        return times[-1] if times and times[-1] >= lost_at else None
-    index = bisect.bisect_left(times, lost_at)
-    return times[index] if index < len(times) else None
-
-
-RECOVERY_GRACE = 300.0  # failures this soon after a recovery may still come from the outage
-
-
-def _any_between(times: list[float], start: float, end: float) -> bool:
-    index = bisect.bisect_left(times, start)
-    return index < len(times) and times[index] <= end
 
 
 def job_state(job: JobContext) -> str | None:

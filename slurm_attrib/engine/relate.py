@@ -1,11 +1,12 @@
 """The relations evaluator: rules/relations/*.yaml applied to a job's events, in strata.
 
-1. suppress: targets a check holds for lose weight (role, strength); demotion only.
+1. suppress: targets a check holds for lose weight (role, strength); demotion only.  A relation
+   that reads what others decided names them in `after` and runs in a later round.
 2. aggregate: groups that reach a count promote their first event (read after suppression);
    last-resort aggregates run apart, once the rest of the judgement found no cause.
 3. explains: edges from causes to effects; an effect with an edge is its cause's symptom.
 
-Within a stratum every relation reads the events as they entered it, and the changes apply after
+Within a stratum (a round) every relation reads the events as they entered it, and the changes apply after
 all have been read: the order of relations does not change the result (tests/test_relations.py
 runs every case with the relations reversed).
 
@@ -31,12 +32,13 @@ from slurm_attrib.vocab import DOMAIN_OF_CATEGORY
 @cache
 def relations(rule_dirs: tuple[Path, ...] = ()) -> tuple[Relation, ...]:
     """The relations in force, their checks verified (once per process)."""
-    loaded = load_relations(list(rule_dirs))
+    loaded = tuple(load_relations(list(rule_dirs)))
     for relation in loaded:
         problem = check_problem(relation.kind, relation.check, relation.only_if)
         if problem:
             raise RuleError(f"relation {relation.id}: {problem}")
-    return tuple(loaded)
+    suppress_rounds(loaded)  # `after` names known suppress relations, without a cycle
+    return loaded
 
 
 def matches(match: EventMatch, event: Event) -> bool:
@@ -72,22 +74,46 @@ def _apply(effect: Effect, event: Event, relation: Relation) -> None:
 
 
 def suppress(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = ()) -> None:
-    """Every suppress relation reads the events as they entered the stratum; the demotions are
-    applied after all have been read, so their order does not matter."""
-    decisions = []
-    for relation in relations(rule_dirs):
-        if relation.kind != "suppress":
-            continue
-        (name, parameters), = relation.check.items()
-        check = SUPPRESS_CHECKS[name]
-        for event in events:
-            if matches(relation.target, event):
-                reason = check(event, context, **parameters)
-                if reason is not None:
-                    decisions.append((relation, event, reason))
-    for relation, event, reason in decisions:
-        event.notes[relation.note] = relation.says or reason
-        _demote(relation.set, event, relation)
+    """In rounds: a relation runs in the round after those it is `after`.  Within a round every
+    relation reads the events as they entered it, and the demotions apply after all have been
+    read, so their order does not matter."""
+    for round_ in suppress_rounds(relations(rule_dirs)):
+        context.memo.clear()  # what the checks computed over the events held for the last round
+        decisions = []
+        for relation in round_:
+            (name, parameters), = relation.check.items()
+            check = SUPPRESS_CHECKS[name]
+            for event in events:
+                if matches(relation.target, event):
+                    reason = check(event, context, **parameters)
+                    if reason is not None:
+                        decisions.append((relation, event, reason))
+        for relation, event, reason in decisions:
+            event.notes[relation.note] = relation.says or reason
+            _demote(relation.set, event, relation)
+    context.memo.clear()
+
+
+def suppress_rounds(loaded: tuple[Relation, ...]) -> list[list[Relation]]:
+    """The suppress relations by round: 0 for one after none, else one more than the latest of those
+    it is after (each known, a suppress relation, no cycle: checked when the relations load)."""
+    by_id = {r.id: r for r in loaded if r.kind == "suppress"}
+    level: dict[str, int] = {}
+
+    def level_of(relation: Relation, seen: tuple[str, ...] = ()) -> int:
+        if relation.id in seen:
+            raise RuleError(f"relation {relation.id}: `after` makes a cycle ({' -> '.join(seen + (relation.id,))})")
+        if relation.id not in level:
+            for other in relation.after:
+                if other not in by_id:
+                    raise RuleError(f"relation {relation.id}: `after` names {other!r}, no suppress relation")
+            level[relation.id] = 1 + max((level_of(by_id[o], seen + (relation.id,)) for o in relation.after), default=-1)
+        return level[relation.id]
+
+    rounds: dict[int, list[Relation]] = defaultdict(list)
+    for relation in by_id.values():
+        rounds[level_of(relation)].append(relation)
+    return [rounds[k] for k in sorted(rounds)]
 
 
 DEMOTION = ("context", "symptom", "cause")  # weakest first

@@ -14,6 +14,8 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     set: {role: context}              # role (symptom, context) and/or strength: never raised
     note: outside_window              # the notes key the check's reason is kept under
     says: after the job completed     # optional: the reason kept, instead of the check's own
+    after: [sup.recovered_storage_outage]  # optional: suppressions whose notes this one reads;
+                                      # it reads the events once they applied (a later round)
     # aggregate: groups of events that together mean more than each (a count that promotes)
     events: {type: [host_memory_ce], role: [context], not_noted: [outside_window]}
                                       # matcher keys: rule, type, not_type, role, domain, category,
@@ -167,6 +169,8 @@ class Relation(Strict):
     cause: EventMatch | None = None
     effect: EventMatch | None = None
     scope: list[Literal["job", "node", "gpu", "file"]] = []
+    # suppress: relations whose decisions this one reads (their notes); it runs once they applied
+    after: list[str] = []
     # suppress and explains: one named check and its parameters
     check: dict[str, dict[str, Any]] = {}
     note: str = ""
@@ -185,6 +189,8 @@ class Relation(Strict):
         if self.kind == "suppress" and (self.set.category is not None or self.set.role in ("cause", "marker")
                                         or self.set.which is not None or self.set.clear):
             raise ValueError("a suppress relation only demotes: `set` takes role symptom or context, and strength")
+        if self.after and self.kind != "suppress":
+            raise ValueError("only a suppress relation runs `after` others")
         if self.kind in ("suppress", "aggregate") and not self.note:
             raise ValueError(f"a {self.kind} relation names the `note` key its reason is kept under")
         if not any(not t.expect["decided"] for t in self.tests) or not any(t.expect["decided"] for t in self.tests):
