@@ -345,7 +345,7 @@ class Regex:
 class CompiledRule:
     """A rule's regexes, compiled once: `regex` on the text, the others on the matched line."""
 
-    __slots__ = ("rule", "regex", "unless", "requires", "capture", "_casts")
+    __slots__ = ("rule", "regex", "unless", "requires", "capture", "_direct", "_casts")
 
     def __init__(self, rule: Rule):
         ignore_case = rule.match.ignore_case
@@ -354,30 +354,47 @@ class CompiledRule:
         self.unless = [Regex(u, ignore_case) for u in rule.match.unless]
         self.requires = [Regex(r, ignore_case) for r in rule.match.requires]
         self.capture = [Regex(c, ignore_case) for c in rule.match.capture]
-        # A rule whose fields all come from `regex`: per group (name, number, cast), read from the
-        # match's spans directly (most rules; None: through groups()).
-        self._casts = None
-        if not self.requires and not self.capture and self.regex.direct:
-            self._casts = [(name, index, CASTS[rule.fields.get(name, "str")]) for name, index in self.regex._groups]
+        # Fields are read from RE2's spans (no dict per search) when RE2's Match is at hand; per
+        # group of `regex`, (name, number, cast).
+        self._direct = all(r.direct for r in [self.regex, *self.unless, *self.requires, *self.capture])
+        self._casts = [(name, index, CASTS[rule.fields.get(name, "str")]) for name, index in self.regex._groups]
 
     def fields(self, text: bytes, line: bytes) -> dict[str, Any] | None:
-        """The hit's fields: the named groups (groups()) cast as the rule says, None when the text
-        does not match or a value does not cast."""
-        if self._casts is None:
+        """The hit's fields: the named groups (as groups() merges them) cast as the rule says;
+        None when the text does not match or a value does not cast."""
+        if not self._direct:
             groups = self.groups(text, line)
             return None if groups is None else _cast_fields(self.rule, groups)
         spans = self.regex.spans(text)
-        if spans is None or any(u.search(text) is not None for u in self.unless):
+        if spans is None or any(u.spans(text) is not None for u in self.unless):
             return None
-        fields: dict[str, Any] = {}
-        for name, index, cast in self._casts:
-            begin, end = spans[index]
-            if begin >= 0:
-                try:
-                    fields[name] = cast(text[begin:end].decode())
-                except ValueError:
-                    return None
-        return fields
+        if not self.requires and not self.capture:
+            fields: dict[str, Any] = {}
+            for name, index, cast in self._casts:
+                begin, end = spans[index]
+                if begin >= 0:
+                    try:
+                        fields[name] = cast(text[begin:end].decode())
+                    except ValueError:
+                        return None
+            return fields
+        found = []
+        for regex in self.requires:
+            required = regex.spans(line)
+            if required is None:
+                return None
+            found.append((regex, line, required))
+        for regex in self.capture:
+            captured = regex.spans(line)
+            if captured is not None:
+                found.append((regex, line, captured))
+        found.append((self.regex, text, spans))
+        groups: dict[str, str | None] = {}  # later regexes win, as in groups()
+        for regex, data, matched in found:
+            for name, index in regex._groups:
+                begin, end = matched[index]
+                groups[name] = data[begin:end].decode() if begin >= 0 else None
+        return _cast_fields(self.rule, groups)
 
     def groups(self, text: bytes, line: bytes) -> dict[str, str | None] | None:
         """The named groups of a match (capture and requires first, as the lookaheads they stand
