@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,20 @@ def test_corpus_kinds(rel, kind):
     assert detect_kind(data, path.name) == kind
     # content, not the name, decides
     assert detect_kind(data, "renamed.txt") == kind
+
+
+def test_every_nvidia_smi_marker_holds_one_of_the_parts_checked_first():
+    from slurm_attrib.ingest.kinds import _SMI_MARKER, _SMI_MARKER_PARTS
+
+    alternatives, depth, current = [], 0, ""
+    for char in _SMI_MARKER.pattern:  # the top-level alternatives
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "|" and depth == 0:
+            alternatives.append(current)
+            current = ""
+        else:
+            current += char
+    alternatives.append(current)
+    for alternative in alternatives:
+        literal = re.sub(r"\\(.)", r"\1", alternative)
+        assert any(part in literal for part in _SMI_MARKER_PARTS), alternative

@@ -11,7 +11,7 @@ from typing import Any
 
 from slurm_attrib.engine.jobwindow import window_side
 from slurm_attrib.ingest.kinds import SLURM_DAEMON_LINE
-from slurm_attrib.ingest.origin import line_origin
+from slurm_attrib.ingest.origin import Origin, line_origin
 from slurm_attrib.ingest.timestamps import (
     NO_TIME,
     LineTime,
@@ -141,17 +141,21 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
         clock.enter(window.data, window.offset)
         hits = scanner.scan(window.data, source.kind, window.begin, window.end, line)
         last_stamps: dict[int, tuple[Event, LineTime]] = {}  # by id(event): events compare by value
+        read_at = -1  # the offset of the line read last: the hits on one line share its time and origin
         for hit in hits:
+            if hit.offset != read_at:
+                read_at, first_line = hit.offset, hit.text.split("\n", 1)[0]
+                stamp, inherited = clock.stamp_of(first_line, hit.offset)
+                origin = line_origin(first_line)
             key = None
             if hit.rule.event.collapse is not None:
-                stamp, inherited = clock.stamp_of(hit.text.split("\n", 1)[0], hit.offset)
-                key = None if inherited else _collapse_key(hit, stamp, job)
+                key = None if inherited else _collapse_key(hit, origin, stamp, job)
                 if key in collapsed:
                     first = collapsed[key]
                     first.repeats += 1
                     last_stamps[id(first)] = (first, stamp)
                     continue
-            event, stamp = _event_from_hit(hit, source, index, clock, place=False)
+            event = _event_from_hit(hit, source, index, first_line, origin, inherited)
             scan.events.append(event)
             scan.raw.append((stamp, hit.fields.get("at")))
             if key is not None:
@@ -318,12 +322,10 @@ def _place_in_time(event: Event, stamp: LineTime, boot: float | None, stated_at:
             event.time, event.time_inherited = stated, False
 
 
-def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, place: bool = True):
-    """The event of one hit, placed in time (or, with place=False, (event, its raw stamp) to be
-    placed once the nodes' boot times are known)."""
-    first_line = hit.text.split("\n", 1)[0]
+def _event_from_hit(hit: Hit, source: SourceFile, index: int, first_line: str, origin: Origin, inherited: bool) -> Event:
+    """The event of one hit, not yet placed in time (see scan_evidence): its line's first line,
+    origin (line_origin) and whether its time is inherited are read once per line by _scan_file."""
     kernel_side = "kernel" in hit.rule.sources
-    origin = line_origin(first_line)
     filed_under = _filed_under(origin, first_line, source.provenance)
     event = Event(
         rule_id=hit.rule.id,
@@ -342,14 +344,12 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
         trusted=supports_verdict(source.provenance, kernel_side and source.kind in LOG_KINDS, filed_under),
         kernel_side=kernel_side,
         order=(index, hit.lineno),
+        time_inherited=inherited,
         fields=hit.fields,
         notes=dict(hit.notes),
         fallback=hit.rule.event.fallback,
         literals=hit.rule.match.contains,
     )
-    stamp, event.time_inherited = clock.stamp_of(first_line, hit.offset)
-    if place:
-        _place_in_time(event, stamp, clock.boot, hit.fields.get("at"))
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host
     event.rank = hit.fields.get("rank", origin.rank)
     if isinstance(event.rank, str):
@@ -357,18 +357,17 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, clock: FileClock, 
     task = hit.fields.get("task")
     event.task = origin.task if origin.task is not None else (int(task) if str(task).isdigit() else None)
     event.node = source.node
-    return event if place else (event, stamp)
+    return event
 
 
 COLLAPSE_MONO_SPAN = 60.0  # seconds-since-boot lines collapse per minute: their wall time is not known yet
 
 
-def _collapse_key(hit: Hit, stamp: LineTime, job: JobContext) -> tuple:
+def _collapse_key(hit: Hit, origin: Origin, stamp: LineTime, job: JobContext) -> tuple:
     """What a collapsing rule's hits must share to be one event: the rule, the fields it names,
     the line's own host, rank and program (a line another program wrote, a claim, never joins a
     kernel line's count), and the side of the job's window the line is on, so that the judgement
     counts the lines inside it exactly (a line with only a boot-relative time: its minute)."""
-    origin = line_origin(hit.text.split("\n", 1)[0])
     when = ("wall", window_side(stamp.wall, job)) if stamp.wall is not None else ("mono", stamp.mono // COLLAPSE_MONO_SPAN)
     return (hit.rule.id, origin.host, origin.rank, origin.task, origin.program, when,
             *(hit.fields.get(n) for n in hit.rule.event.collapse))

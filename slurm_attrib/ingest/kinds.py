@@ -52,6 +52,10 @@ _SMI_MARKER = re.compile(
     r"|GPU requires reset|pci\.bus_id|memory\.total|temperature\.gpu|clocks_(?:event|throttle)_reasons"
     r"|retired_pages|remapped_rows|ecc\.errors"
 )
+# A substring of every _SMI_MARKER alternative: the search (an alternation, slow in `re` on a
+# long line) runs only on the few lines holding one.
+_SMI_MARKER_PARTS = ("NV", "GPU", "devices", "pci.", "memory.", "temperature.", "ecc.", "_reasons",
+                     "retired_pages", "remapped_rows")
 # at the start of the line
 _SMI_START = re.compile(
     r"GPU [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*$"
@@ -145,7 +149,7 @@ def _classify(line: str) -> tuple[str | None, str | None]:
     """
     if not line or line.isspace():
         return None, None
-    if _SMI_MARKER.search(line) or _SMI_START.match(line):
+    if (any(part in line for part in _SMI_MARKER_PARTS) and _SMI_MARKER.search(line)) or _SMI_START.match(line):
         return "smi", None
     first = line[0]
     if first in "|+ \t0123456789" and (_SMI_TABLE.match(line) or _SMI_KV.match(line) or _SMI_CSV_ROW.match(line)):

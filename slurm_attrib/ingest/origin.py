@@ -76,21 +76,23 @@ def line_origin(text: str) -> Origin:
         text = text[:1024]
     pos = 0
     task = rank = host = program = None
-    m = _LABEL.match(text)
-    if m is not None:
-        task = int(m.group(1))
-        pos = m.end()
-    m = _MPI_TAG.match(text, pos)
-    if m is not None:
-        rank = int(m.group(1))
-        pos = m.end()
-    m = _DEFAULT_PREFIX.match(text, pos)  # torchrun's [defaultN]: is a local rank: skipped
-    if m is not None:
-        pos = m.end()
-    m = _RANK_PREFIX.match(text, pos)
-    if m is not None:
-        rank = int(m.group(1))
-        pos = m.end()
+    if text[0] == " " or text[0].isdecimal():  # what _LABEL may start with (\d: any decimal digit)
+        m = _LABEL.match(text)
+        if m is not None:
+            task = int(m.group(1))
+            pos = m.end()
+    if text.startswith("[", pos):  # the three bracketed prefixes: most lines have none
+        m = _MPI_TAG.match(text, pos)
+        if m is not None:
+            rank = int(m.group(1))
+            pos = m.end()
+        m = _DEFAULT_PREFIX.match(text, pos)  # torchrun's [defaultN]: is a local rank: skipped
+        if m is not None:
+            pos = m.end()
+        m = _RANK_PREFIX.match(text, pos)
+        if m is not None:
+            rank = int(m.group(1))
+            pos = m.end()
     first = text[pos:pos + 1]
     if first == "[":
         m = _NCCL_TIME.match(text, pos)

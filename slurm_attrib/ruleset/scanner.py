@@ -65,6 +65,7 @@ class Hit:
 ENGINES = ("hyperscan", "ahocorasick", "grep", "re")
 ENGINE_VARIABLE = "SATTRIB_SCAN_ENGINE"
 CASELESS_HEAD_LETTERS = 6  # Aho-Corasick: case variants of at most this many letters per literal
+MAX_LITERAL_SETS = 4096  # distinct (literals on a line, kind) whose rules are kept at hand
 
 
 def available_engines() -> list[str]:
@@ -98,7 +99,7 @@ class Scanner:
         for rule in rules:
             for literal in rule.match.contains:
                 self._rules_by_literal[literal].append(rule)
-        self._rules_by_ids: dict[frozenset[int], list[Rule]] = {}
+        self._rules_by_ids: dict[tuple[frozenset[int], str], list[CompiledRule]] = {}
         self._caseless = {lit for r in rules if r.match.ignore_case for lit in r.match.contains}
         self.engine = best_engine() if engine == "auto" else engine
         if self.engine not in available_engines():
@@ -221,27 +222,36 @@ class Scanner:
     def match_at(
         self, data: bytes, start: int, lineno: int, kind: str, literal_ids: frozenset[int] | None = None
     ) -> list[Hit]:
-        line = _decode(data, start)
-        rules = self._rules_for(line) if literal_ids is None else self._rules_of(literal_ids)
+        line, line_bytes = _line_at(data, start)
+        if literal_ids is None:
+            rules = [self._compiled_rule(r) for r in self._rules_for(line) if kind in r.sources]
+        else:
+            rules = self._rules_of(literal_ids, kind)
         hits = []
-        line_bytes = line.encode()
-        for rule in rules:
-            if kind not in rule.sources:
-                continue
-            text = line
-            if rule.match.following:
-                text = "\n".join([line, *_following_lines(data, start, rule.match.following)])
-            hit = self._match_rule(rule, text, line_bytes, lineno, start)
+        for compiled in rules:
+            following = compiled.rule.match.following
+            text = "\n".join([line, *_following_lines(data, start, following)]) if following else line
+            hit = self._match_rule(compiled, text, line_bytes, lineno, start)
             if hit is not None:
                 hits.append(hit)
         return hits
 
-    def _rules_of(self, literal_ids: frozenset[int]) -> list[Rule]:
-        rules = self._rules_by_ids.get(literal_ids)
+    def _rules_of(self, literal_ids: frozenset[int], kind: str) -> list[CompiledRule]:
+        """The rules of these literals that read this kind of source, in rule id order."""
+        rules = self._rules_by_ids.get((literal_ids, kind))
         if rules is None:
+            if len(self._rules_by_ids) >= MAX_LITERAL_SETS:
+                self._rules_by_ids.clear()  # hostile input may hold any set of literals on a line
             chosen = {r.id: r for i in literal_ids for r in self._rules_by_literal[self._literals[i]]}
-            rules = self._rules_by_ids[literal_ids] = [chosen[k] for k in sorted(chosen)]
+            rules = [self._compiled_rule(chosen[k]) for k in sorted(chosen) if kind in chosen[k].sources]
+            self._rules_by_ids[(literal_ids, kind)] = rules
         return rules
+
+    def _compiled_rule(self, rule: Rule) -> CompiledRule:
+        compiled = self._compiled.get(rule.id)
+        if compiled is None:
+            compiled = self._compiled[rule.id] = CompiledRule(rule)
+        return compiled
 
     def match_text(self, text: str, kind: str) -> list[Hit]:
         """Scan a small text (rule examples); same path as files."""
@@ -261,16 +271,11 @@ class Scanner:
                     chosen[rule.id] = rule
         return [chosen[k] for k in sorted(chosen)]
 
-    def _match_rule(self, rule: Rule, text: str, line: bytes, lineno: int, offset: int) -> Hit | None:
+    def _match_rule(self, compiled: CompiledRule, text: str, line: bytes, lineno: int, offset: int) -> Hit | None:
         """The rule's hit on `text` (the line, and its following lines when the rule reads them);
         `line` is the line's UTF-8, for `requires` and `capture`."""
-        compiled = self._compiled.get(rule.id)
-        if compiled is None:
-            compiled = self._compiled[rule.id] = CompiledRule(rule)
-        groups = compiled.groups(line if not rule.match.following else text.encode(), line)
-        if groups is None:
-            return None
-        fields = _cast_fields(rule, groups)
+        rule = compiled.rule
+        fields = compiled.fields(line if not rule.match.following else text.encode(), line)
         if fields is None:
             return None
         event = rule.event
@@ -278,7 +283,7 @@ class Scanner:
             rule=rule,
             lineno=lineno,
             offset=offset,
-            text=text.split("\n", 1)[0] if not rule.match.following else text,
+            text=text,
             fields=fields,
             domain=event.domain,
             category=event.category,
@@ -303,6 +308,16 @@ class Regex:
         # cost on lines that match: on bytes, RE2's Match gives the same spans directly.
         native = getattr(self._regex, "_regexp", None)
         self._spans = native.Match if native is not None and hasattr(re2, "_Anchor") else None
+
+    def spans(self, data: bytes) -> list[tuple[int, int]] | None:
+        """(begin, end) of the match and of each group by number ((-1, -1): no part), or None; only
+        where RE2's Match is at hand (`direct`)."""
+        spans = self._spans(_UNANCHORED, data, 0, len(data))
+        return spans if spans[0][0] >= 0 else None
+
+    @property
+    def direct(self) -> bool:
+        return self._spans is not None
 
     def search(self, data: bytes) -> dict[str, str | None] | None:
         if self._spans is None:
@@ -330,14 +345,56 @@ class Regex:
 class CompiledRule:
     """A rule's regexes, compiled once: `regex` on the text, the others on the matched line."""
 
-    __slots__ = ("regex", "unless", "requires", "capture")
+    __slots__ = ("rule", "regex", "unless", "requires", "capture", "_direct", "_casts")
 
     def __init__(self, rule: Rule):
         ignore_case = rule.match.ignore_case
+        self.rule = rule
         self.regex = Regex(rule.match.regex, ignore_case)
         self.unless = [Regex(u, ignore_case) for u in rule.match.unless]
         self.requires = [Regex(r, ignore_case) for r in rule.match.requires]
         self.capture = [Regex(c, ignore_case) for c in rule.match.capture]
+        # Fields are read from RE2's spans (no dict per search) when RE2's Match is at hand; per
+        # group of `regex`, (name, number, cast).
+        self._direct = all(r.direct for r in [self.regex, *self.unless, *self.requires, *self.capture])
+        self._casts = [(name, index, CASTS[rule.fields.get(name, "str")]) for name, index in self.regex._groups]
+
+    def fields(self, text: bytes, line: bytes) -> dict[str, Any] | None:
+        """The hit's fields: the named groups (as groups() merges them) cast as the rule says;
+        None when the text does not match or a value does not cast."""
+        if not self._direct:
+            groups = self.groups(text, line)
+            return None if groups is None else _cast_fields(self.rule, groups)
+        spans = self.regex.spans(text)
+        if spans is None or any(u.spans(text) is not None for u in self.unless):
+            return None
+        if not self.requires and not self.capture:
+            fields: dict[str, Any] = {}
+            for name, index, cast in self._casts:
+                begin, end = spans[index]
+                if begin >= 0:
+                    try:
+                        fields[name] = cast(text[begin:end].decode())
+                    except ValueError:
+                        return None
+            return fields
+        found = []
+        for regex in self.requires:
+            required = regex.spans(line)
+            if required is None:
+                return None
+            found.append((regex, line, required))
+        for regex in self.capture:
+            captured = regex.spans(line)
+            if captured is not None:
+                found.append((regex, line, captured))
+        found.append((self.regex, text, spans))
+        groups: dict[str, str | None] = {}  # later regexes win, as in groups()
+        for regex, data, matched in found:
+            for name, index in regex._groups:
+                begin, end = matched[index]
+                groups[name] = data[begin:end].decode() if begin >= 0 else None
+        return _cast_fields(self.rule, groups)
 
     def groups(self, text: bytes, line: bytes) -> dict[str, str | None] | None:
         """The named groups of a match (capture and requires first, as the lookaheads they stand
@@ -406,10 +463,27 @@ def _case_variants(raw: bytes) -> list[bytes]:
 
 
 def _decode(data: bytes, start: int) -> str:
+    return _text_of(_raw_line(data, start))
+
+
+def _line_at(data: bytes, start: int) -> tuple[str, bytes]:
+    """The line at `start` as _decode gives it, and its UTF-8: a plain ASCII line's own bytes,
+    without a round trip through str."""
+    raw = _raw_line(data, start)
+    if raw.isascii() and len(raw) <= MAX_LINE_CHARS and b"\x00" not in raw and not raw.endswith(b"\r"):
+        return raw.decode("ascii"), bytes(raw)
+    text = _text_of(raw)
+    return text, text.encode()
+
+
+def _raw_line(data: bytes, start: int) -> bytes:
     end = data.find(b"\n", start)
     if end < 0:
         end = len(data)
-    raw = data[start : min(end, start + MAX_LINE_CHARS * 4)]
+    return data[start : min(end, start + MAX_LINE_CHARS * 4)]
+
+
+def _text_of(raw: bytes) -> str:
     text = raw.decode("utf-8", errors="replace").replace("\x00", "").rstrip("\r")
     return text[:MAX_LINE_CHARS]
 
