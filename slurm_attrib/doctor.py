@@ -86,6 +86,11 @@ def check_config() -> tuple[list[Check], object, str]:
 
 
 def check_scontrol(ctx: Context) -> list[Check]:
+    from slurm_attrib.slurm.cli import missing_slurm_conf
+
+    problem = missing_slurm_conf()
+    if problem:
+        return [Check("scontrol", FAIL, problem, "point SLURM_CONF at this cluster's slurm.conf, or unset it")]
     started = time.monotonic()
     code, text = run(["scontrol", "show", "config"])
     if code != 0:

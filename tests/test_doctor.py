@@ -41,7 +41,9 @@ def test_a_sound_layout_passes_the_path_checks(site):
     assert checks["config"] == {"name": "config", "status": "ok", "detail": str(config), "fix": ""}
     for name in ("spool", "spool bundles", "local spool", "results", "index", "analysis failures", "node hook failures"):
         assert checks[name]["status"] == "ok", checks[name]
-    assert checks["scontrol"]["status"] == "FAIL" and "slurmctld" in checks["scontrol"]["fix"]
+    # $SLURM_CONF names no file here: said at once, not after Slurm's minute of retries
+    assert checks["scontrol"]["status"] == "FAIL" and checks["scontrol"]["detail"].startswith("SLURM_CONF=/nonexistent/slurm.conf: no such file")
+    assert "SLURM_CONF" in checks["scontrol"]["fix"]
     assert checks["clock skew"]["status"] == "skip"
     assert done.returncode == 1  # Slurm is not reachable here
 

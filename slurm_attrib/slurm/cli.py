@@ -57,6 +57,15 @@ def _nodes(value: str | None) -> tuple[str, ...]:
         return ()
 
 
+def missing_slurm_conf() -> str | None:
+    """Why Slurm's commands cannot run here, when $SLURM_CONF names a file that is not there: they
+    would retry for a minute before failing (Slurm 22.05: `retrying in 1sec up to 60sec`)."""
+    path = os.environ.get("SLURM_CONF")
+    if path and not os.path.exists(path):
+        return f"SLURM_CONF={path}: no such file (Slurm's commands would wait a minute for it)"
+    return None
+
+
 class CliBackend(Backend):
     name = "cli"
 
@@ -69,6 +78,9 @@ class CliBackend(Backend):
         )
         if exe is None:
             raise SlurmError(f"{argv[0]} not found (Slurm client commands must be installed)")
+        problem = missing_slurm_conf()
+        if problem:
+            raise SlurmError(problem)
         env = dict(os.environ, SLURM_TIME_FORMAT="%s", LC_ALL="C")
         try:
             proc = subprocess.run(
