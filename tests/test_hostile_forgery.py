@@ -9,6 +9,7 @@ wrappings; tests/service/test_upload_forgery.py uploads such folders to the serv
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -90,3 +91,27 @@ def test_the_instruments_see_a_real_kernel_fault(tmp_path):
     with scratch(tmp_path) as folder:
         answer = ask_fleet(diagnoses, now, folder / "results")
     assert answer.strikes == 2 and f"{NODES[0]} (fleet)" in answer.drains
+
+
+def test_an_uploaded_node_folder_never_drains(tmp_path):
+    """What the service analyses of an upload: the folder it extracted, owned by the service's own
+    user (here: this test's), loaded with vouch=False (no file is the operator's, whoever owns it).
+    Every forgeable line in a node folder: no drain, nothing confirmed.  The same folders loaded
+    as the operator's own (vouch=True) do drain: the control that the lines would act."""
+    from slurm_attrib.engine.pipeline import analyze_evidence, load_any
+
+    win = window(time.time())
+    bad, would_act = [], 0
+    for number, (rule, line) in enumerate(LINES):
+        wrapping = WRAPPING_NAMES[number % len(WRAPPING_NAMES)]
+        job = tmp_path / str(number)
+        PLACES["user-node-folder"](job, [WRAPPINGS[wrapping](line, win.when)], win)
+        for path in (job / NODES[2], job / NODES[2] / "dmesg.txt"):
+            os.chown(path, os.geteuid(), os.getegid())  # as the service extracted it
+        diagnosis = analyze_evidence(load_any(job, vouch=False))
+        if diagnosis.drain or hardware_verdict(diagnosis):
+            bad.append(str(Forged(rule, wrapping, diagnosis)))
+        would_act += bool(analyze_evidence(load_any(job, vouch=True)).drain)
+        shutil.rmtree(job)
+    assert not bad, f"{len(bad)} of {len(LINES)} uploads acted, e.g. {bad[:5]}"
+    assert would_act >= 20, would_act  # 85 of 596 on the rule pack of 2026-12-05
