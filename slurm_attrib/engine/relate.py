@@ -61,6 +61,30 @@ def matches(match: EventMatch, event: Event) -> bool:
     )
 
 
+class _Candidates:
+    """The events a matcher can hold for, by the types or rules it names (relations read every event
+    of a 32,768-rank job once each otherwise), in the events' own order."""
+
+    def __init__(self, events: list[Event]):
+        self.events = events
+        self.by_type: dict[str, list[int]] = defaultdict(list)
+        self.by_rule: dict[str, list[int]] = defaultdict(list)
+        for position, event in enumerate(events):
+            self.by_type[event.type].append(position)
+            self.by_rule[event.rule_id].append(position)
+
+    def of(self, *matchers: EventMatch) -> list[Event]:
+        positions: set[int] = set()
+        for match in matchers:
+            if match.rule:
+                positions.update(p for rule in match.rule for p in self.by_rule.get(rule, ()))
+            elif match.type:
+                positions.update(p for kind in match.type for p in self.by_type.get(kind, ()))
+            else:
+                return self.events
+        return [self.events[p] for p in sorted(positions)]
+
+
 def _apply(effect: Effect, event: Event, relation: Relation) -> None:
     if effect.role is not None:
         event.role = effect.role
@@ -77,13 +101,14 @@ def suppress(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, 
     """In rounds: a relation runs in the round after those it is `after`.  Within a round every
     relation reads the events as they entered it, and the demotions apply after all have been
     read, so their order does not matter."""
+    candidates = _Candidates(events)
     for round_ in suppress_rounds(relations(rule_dirs)):
         context.memo.clear()  # what the checks computed over the events held for the last round
         decisions = []
         for relation in round_:
             (name, parameters), = relation.check.items()
             check = SUPPRESS_CHECKS[name]
-            for event in events:
+            for event in candidates.of(relation.target):
                 if matches(relation.target, event):
                     reason = check(event, context, **parameters)
                     if reason is not None:
@@ -135,11 +160,12 @@ def aggregate(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path,
     the events as they entered the stratum; the promotions apply after all have been read.
     last_resort: the relations read only when the judgement found no cause."""
     promotions = []
+    candidates = _Candidates(events)
     for relation in relations(rule_dirs):
         if (relation.kind != "aggregate" or relation.last_resort != last_resort
                 or not all(JOB_CHECKS[name](context) for name in relation.only_if)):
             continue
-        promotions += _promotions(relation, events)
+        promotions += _promotions(relation, candidates.of(relation.events))
     for relation, first, says in promotions:
         _apply(relation.promote, first, relation)
         first.notes[relation.note] = says
@@ -175,10 +201,11 @@ def explain(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, .
     all have been read.  An effect several edges reach is explained by the earliest cause (then
     the relation id), and records every relation that reached it."""
     into: dict[int, list[tuple[Event, Event, Relation]]] = defaultdict(list)
+    candidates = _Candidates(events)
     for relation in relations(rule_dirs):
         if relation.kind != "explains":
             continue
-        for cause, effect in _edges(relation, events):
+        for cause, effect in _edges(relation, candidates.of(relation.cause, relation.effect)):
             into[id(effect)].append((cause, effect, relation))
     for edges in into.values():
         edges.sort(key=lambda edge: (edge[0].sort_key, edge[2].id))
