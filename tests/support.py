@@ -11,3 +11,12 @@ def sattrib_argv() -> list[str]:
     """Run the CLI the way users do: the installed console script when present."""
     script = Path(sys.executable).with_name("sattrib")
     return [str(script)] if script.exists() else [sys.executable, "-m", "slurm_attrib"]
+
+
+def epilog_test_config(work: Path) -> dict:
+    """The node epilog's config for a test cluster whose spools are under `work`: only the job's
+    own output is read (this machine's kernel log and journal are no job's)."""
+    return {"spool": str(work / "spool"), "local_spool": str(work / "local"), "epilog_timeout": 8,
+            "sources": [{"name": n, "kind": k, "enabled": False} for n, k in
+                        (("kernel", "kernel"), ("syslog", "syslog"), ("nvidia_smi", "nvidia_smi"),
+                         ("flight_recorder", "app"))]}

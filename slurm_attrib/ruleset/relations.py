@@ -61,7 +61,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from slurm_attrib.errors import RuleError
 from slurm_attrib.paths import bundled_dir
@@ -74,6 +74,9 @@ ROLES = ("cause", "symptom", "context", "marker")
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+KNOWN_VALUES = {"domain": CATEGORIES_BY_DOMAIN, "category": DOMAIN_OF_CATEGORY, "kind": SOURCE_KINDS}
 
 
 class EventMatch(Strict):
@@ -95,28 +98,12 @@ class EventMatch(Strict):
     not_noted: list[str] = []  # carries none of them
     fields: dict[str, list[Any]] = {}  # field name: allowed values
 
-    @field_validator("domain")
+    @field_validator("domain", "category", "kind")
     @classmethod
-    def _known_domains(cls, value: list[str]) -> list[str]:
-        unknown = sorted(set(value) - set(CATEGORIES_BY_DOMAIN))
+    def _known_values(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        unknown = sorted(set(value) - set(KNOWN_VALUES[info.field_name]))
         if unknown:
-            raise ValueError(f"unknown domain(s) {unknown}")
-        return value
-
-    @field_validator("category")
-    @classmethod
-    def _known_categories(cls, value: list[str]) -> list[str]:
-        unknown = sorted(set(value) - set(DOMAIN_OF_CATEGORY))
-        if unknown:
-            raise ValueError(f"unknown category(ies) {unknown}")
-        return value
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kinds(cls, value: list[str]) -> list[str]:
-        unknown = sorted(set(value) - set(SOURCE_KINDS))
-        if unknown:
-            raise ValueError(f"unknown source kind(s) {unknown}")
+            raise ValueError(f"unknown {info.field_name} value(s) {unknown}")
         return value
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import epilog_test_config
 
 from slurm_attrib.cli import render_json
 from slurm_attrib.engine.pipeline import analyze_path
@@ -49,10 +50,7 @@ def _workdir() -> Path:
         for sub in ("", "spool", "local", "bin"):
             (d / sub).mkdir(exist_ok=True)
             (d / sub).chmod(0o755)
-        config = {"spool": str(d / "spool"), "local_spool": str(d / "local"), "epilog_timeout": 8,
-                  "sources": [{"name": n, "kind": k, "enabled": False} for n, k in
-                              (("kernel", "kernel"), ("syslog", "syslog"), ("nvidia_smi", "nvidia_smi"),
-                               ("flight_recorder", "app"))]}
+        config = epilog_test_config(d)
         (d / "config.yaml").write_text(json.dumps(config, indent=1))  # JSON is YAML
         hook = d / "bin" / "sattrib-epilog"
         hook.write_text(f"#!/bin/sh\nSATTRIB_CONFIG={d / 'config.yaml'}; SATTRIB_PYTHON={sys.executable}\n"

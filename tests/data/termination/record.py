@@ -35,6 +35,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from support import epilog_test_config  # noqa: E402
 sys.path.insert(0, str(REPO))
 
 from slurm_attrib.cli import render_json  # noqa: E402
@@ -122,10 +124,7 @@ def write_hooks() -> None:
     WORK.chmod(0o755)
     for sub in ("spool", "local", "bin"):
         (WORK / sub).chmod(0o755)
-    config = {"spool": str(WORK / "spool"), "local_spool": str(WORK / "local"), "epilog_timeout": 8,
-              "sources": [{"name": n, "kind": k, "enabled": False} for n, k in
-                          (("kernel", "kernel"), ("syslog", "syslog"), ("nvidia_smi", "nvidia_smi"),
-                           ("flight_recorder", "app"))]}
+    config = epilog_test_config(WORK)
     (WORK / "config.yaml").write_text(json.dumps(config, indent=1))  # JSON is YAML
     head = f"#!/bin/sh\nSATTRIB_CONFIG={WORK / 'config.yaml'}; SATTRIB_PYTHON={sys.executable}\nexport SATTRIB_CONFIG SATTRIB_PYTHON\n"
     hooks = {
