@@ -262,31 +262,6 @@ def _maybe_before(event: Event, notice: Event) -> bool:
     return event.time < notice.time + (0.0 if event.time_inherited or notice.time_inherited else SKEW)
 
 
-MEMORY_CANCEL_REACH = 5  # lines between slurmstepd's cancel banner and its memory-limit lines
-MEMORY_LIMIT_TYPES = {"slurm_memory_exceeded"}
-
-
-def cancelled_for_memory(events: list[Event]) -> None:
-    """Slurm's memory enforcement (jobacct_gather) ends a job over its limit by cancelling it: a
-    cancel banner that names nobody, next to slurmstepd's `Exceeded job memory limit` lines, is the
-    memory kill (host_oom), not a user's scancel."""
-    limits = [e for e in events if e.type in MEMORY_LIMIT_TYPES]
-    if not limits:
-        return
-    for banner in events:
-        if banner.type != "slurm_cancelled" or banner.role != "cause" or banner.fields.get("by") or banner.fields.get("signal"):
-            continue
-        near = [e for e in limits if e.order[0] == banner.order[0] and abs(e.order[1] - banner.order[1]) <= MEMORY_CANCEL_REACH]
-        if not near:
-            continue
-        limit = min(near, key=lambda e: e.order)
-        limit.role, limit.strength = "cause", 2
-        if limit.time is None:
-            limit.time, limit.time_inherited = banner.time, True
-        limit.notes["memory_cancel"] = "slurmstepd cancelled the job for exceeding its memory limit"
-        banner.role, banner.explained_by = "symptom", limit
-
-
 TASK_CANCEL_REACH = 20  # lines between srun's report of the failed task and the step's cancel banner
 
 
