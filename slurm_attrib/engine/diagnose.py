@@ -46,7 +46,6 @@ def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_
     relate.suppress(events, context, rule_dirs)
     relate.aggregate(events, context, rule_dirs)
     relate.explain(events, context, rule_dirs)
-    reconcile.cancelled_after_task_failure(events)
     reconcile.setup_phase_timeouts(events, evidence)
     reconcile.termination_as_origin(events)
     reconcile.reconcile_with_job_state(events, job)

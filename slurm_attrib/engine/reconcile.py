@@ -6,7 +6,7 @@ import re
 from collections import defaultdict
 
 from slurm_attrib.engine.correlate import SKEW
-from slurm_attrib.engine.events import Event, is_failed_task
+from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.jobwindow import PENDING_AGAIN
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.provenance import Provenance, supports_verdict
@@ -260,37 +260,6 @@ def _maybe_before(event: Event, notice: Event) -> bool:
     if event.time is None or notice.time is None:
         return True
     return event.time < notice.time + (0.0 if event.time_inherited or notice.time_inherited else SKEW)
-
-
-TASK_CANCEL_REACH = 20  # lines between srun's report of the failed task and the step's cancel banner
-
-
-def cancelled_after_task_failure(events: list[Event]) -> None:
-    """Before Slurm 25.05 a step killed because one of its tasks failed (`srun --kill-on-bad-exit`,
-    MPI launchers) prints the same plain `*** STEP <id> ON <node> CANCELLED AT <time> ***` as an
-    scancel (src/slurmd/slurmstepd/req.c; 25.05 adds `DUE TO TASK FAILURE`).  When srun reported
-    a failed task just before the banner, that failure ended the step, not a user: the banner is
-    its symptom (what made the task fail is the cause, when the evidence shows it)."""
-    failures = [e for e in events if is_failed_task(e)]
-    for banner in events:
-        if (banner.type != "slurm_cancelled" or banner.role != "cause" or banner.fields.get("what") != "STEP"
-                or banner.fields.get("by")):
-            continue
-        before = [f for f in failures if f.order[0] == banner.order[0]
-                  and 0 < banner.order[1] - f.order[1] <= TASK_CANCEL_REACH]
-        if not before:
-            continue
-        first = min(before, key=lambda e: e.order)
-        for copy in _copies_of_banner(banner, events):  # the same banner in a node's slurmd log
-            copy.role, copy.explained_by = "symptom", first
-            copy.notes["task_failure"] = "the step was ended because a task failed (srun --kill-on-bad-exit)"
-
-
-def _copies_of_banner(banner: Event, events: list[Event]) -> list[Event]:
-    """slurmstepd writes its banner both to the job's output and to its node's slurmd log: the
-    same banner is the one naming the same job, step and time."""
-    same = ("what", "jobid", "step", "at")
-    return [e for e in events if e.type == banner.type and all(e.fields.get(k) == banner.fields.get(k) for k in same)]
 
 
 # A collective among the first few of a process group: the ranks have barely started working together.

@@ -47,6 +47,9 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
                                       # optional: what the cause of an edge that explains its
                                       # effect becomes (a context line that says why: the origin);
                                       # time_from: an untimed cause takes the effect's time
+    copies: [what, jobid, step, at]   # optional: the edge also reaches every event of the effect's
+                                      # type with the same values of these fields (the same line
+                                      # copied into another log: slurmstepd's banner in slurmd.log)
     tests:                            # input lines and what the relation decided (see below)
       - name: ...
         input: {gpu03/dmesg.txt: '...'}
