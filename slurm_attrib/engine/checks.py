@@ -188,8 +188,25 @@ def nearest_lines(ordered: list[Event], is_cause: Callable[[Event], bool], is_ef
     return edges
 
 
+def near_in_time(ordered: list[Event], is_cause: Callable[[Event], bool], is_effect: Callable[[Event], bool],
+                 seconds: float) -> list[tuple[Event, Event]]:
+    """Each effect is explained by the first cause in line order (files in their order: the first
+    record of a fault dmesg and syslog both hold) at most `seconds` before or after it; an untimed
+    cause or effect counts as near (the same fault reported twice, its times unknown)."""
+    causes = sorted((e for e in ordered if is_cause(e)), key=lambda e: e.order)
+    edges = []
+    for effect in ordered:
+        if is_effect(effect):
+            near = [c for c in causes if c is not effect
+                    and (c.time is None or effect.time is None or abs(c.time - effect.time) <= seconds)]
+            if near:
+                edges.append((near[0], effect))
+    return edges
+
+
 EXPLAINS_CHECKS: dict[str, Callable[..., list[tuple[Event, Event]]]] = {"same_burst": same_burst, "cause_first": cause_first,
-                                                                        "nearest_lines": nearest_lines}
+                                                                        "nearest_lines": nearest_lines,
+                                                                        "near_in_time": near_in_time}
 
 
 # -- the job as a whole ----------------------------------------------------------------------------

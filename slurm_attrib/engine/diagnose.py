@@ -50,7 +50,6 @@ def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_
     reconcile.termination_as_origin(events)
     reconcile.reconcile_with_job_state(events, job)
     reconcile.discard_contradicted_claims(events, evidence)
-    reconcile.prefer_corroborating_kernel_events(events)
     verdict = _judge(events, evidence, last_seen, context, rule_dirs)
     drains = _drains(verdict, job)
     symptoms = assemble.symptom_groups(events)

@@ -121,31 +121,6 @@ def discard_contradicted_claims(events: list[Event], evidence: Evidence) -> None
             event.notes["contradicted"] = "in no node's own kernel log"
 
 
-CORROBORATION_WINDOW = 600.0  # seconds between a job's report of a fault and the kernel's
-
-
-def prefer_corroborating_kernel_events(events: list[Event]) -> None:
-    """The job reports a hardware fault that the node's own log also shows: the trusted line is the
-    evidence of record (it gets the report's strength), the job's line becomes its symptom.
-
-    E.g. `RuntimeError: CUDA error: uncorrectable ECC error encountered` on a rank of node N and
-    `NVRM: Xid ... 94 ...` in N's kernel log: the fault is established by the kernel.
-    """
-    trusted = [e for e in events if e.trusted and e.category and e.role in ("cause", "symptom")]
-    for claim in events:
-        if claim.trusted or claim.role != "cause" or claim.domain not in DRAINABLE_DOMAINS or claim.node is None:
-            continue
-        for record in trusted:
-            if record.node == claim.node and record.category == claim.category and _near(record, claim):
-                record.role, record.strength = "cause", max(record.strength, claim.strength)
-                claim.role, claim.explained_by = "symptom", record
-                break
-
-
-def _near(a: Event, b: Event) -> bool:
-    return a.time is None or b.time is None or abs(a.time - b.time) <= CORROBORATION_WINDOW
-
-
 def job_state(job: JobContext) -> str | None:
     return job.state.split()[0].upper() if job.state else None
 

@@ -54,6 +54,7 @@ def matches(match: EventMatch, event: Event) -> bool:
         and (match.fallback is None or event.fallback == match.fallback)
         and (match.trusted is None or event.trusted == match.trusted)
         and (match.timed is None or (event.time is not None) == match.timed)
+        and (match.placed is None or (event.node is not None) == match.placed)
         and all(event.fields.get(name) is not None for name in match.present)
         and all(key in event.notes for key in match.noted)
         and not any(key in event.notes for key in match.not_noted)
@@ -229,6 +230,8 @@ def _set_cause(relation: Relation, cause: Event, effect: Event) -> None:
         cause.role = change.role
     if change.strength is not None:
         cause.strength = change.strength
+    if change.strength_from == "effect":
+        cause.strength = max(cause.strength, effect.strength)
     if change.time_from == "effect" and cause.time is None and effect.time is not None:
         cause.time, cause.time_inherited = effect.time, True
     if relation.id not in cause.decided_by:
@@ -282,6 +285,8 @@ def _group_value(event: Event, key: str):
         return (event.node, event.fields.get("pci"))
     if key == "file":
         return event.source
+    if key == "category":
+        return event.category
     return event.fields.get(key)
 
 

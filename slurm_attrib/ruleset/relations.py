@@ -19,7 +19,8 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     # aggregate: groups of events that together mean more than each (a count that promotes)
     events: {type: [host_memory_ce], role: [context], not_noted: [outside_window]}
                                       # matcher keys: rule, type, not_type, role, domain, category,
-                                      # kind, strength (a list), trusted, timed, fallback (a
+                                      # kind, strength (a list), trusted, timed, placed (has a
+                                      # node), fallback (a
                                       # second-look lead), present (fields it has), noted,
                                       # not_noted, fields (allowed values; null: absent),
                                       # not_fields (values it must not have)
@@ -40,13 +41,15 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     # explains: an effect with an edge from a cause is its symptom
     cause: {type: [gpu_xid], role: [cause]}
     effect: {type: [gpu_xid], role: [symptom]}
-    scope: [node]                     # what cause and effect must share
+    scope: [node]                     # what cause and effect must share: job, node, gpu, file,
+                                      # category
     check: {same_burst: {silence: 180}}
     note: wrapper                     # optional: a notes key the effect gets, with `says`
     cause_set: {role: cause, strength: 2, time_from: effect}
                                       # optional: what the cause of an edge that explains its
                                       # effect becomes (a context line that says why: the origin);
-                                      # time_from: an untimed cause takes the effect's time
+                                      # time_from: an untimed cause takes the effect's time;
+                                      # strength_from: effect (at least the effect's strength)
     copies: [what, jobid, step, at]   # optional: the edge also reaches every event of the effect's
                                       # type with the same values of these fields (the same line
                                       # copied into another log: slurmstepd's banner in slurmd.log)
@@ -97,6 +100,7 @@ class EventMatch(Strict):
     strength: list[int] = []
     trusted: bool | None = None
     timed: bool | None = None  # has a wall-clock time
+    placed: bool | None = None  # has a node
     fallback: bool | None = None  # a second-look lead (rules/fallback.yaml)
     present: list[str] = []  # has each of these fields
     noted: list[str] = []  # carries every one of these notes keys
@@ -151,6 +155,7 @@ class CauseSet(Strict):
     role: Literal["cause"] | None = None
     strength: int | None = Field(default=None, ge=1, le=3)
     time_from: Literal["effect"] | None = None  # an untimed cause takes its effect's time (inherited)
+    strength_from: Literal["effect"] | None = None  # the cause takes its effect's strength when higher
 
 
 class RelationTest(Strict):
@@ -186,7 +191,7 @@ class Relation(Strict):
     # explains
     cause: EventMatch | None = None
     effect: EventMatch | None = None
-    scope: list[Literal["job", "node", "gpu", "file"]] = []
+    scope: list[Literal["job", "node", "gpu", "file", "category"]] = []
     cause_set: CauseSet | None = None
     # the edge also reaches every event of the effect's type with the same values of these fields
     # (the same line copied into another log, e.g. slurmstepd's banner in the slurmd log)
