@@ -27,6 +27,7 @@ class JudgeContext:
     job: JobContext
     events: list[Event]
     memo: dict[tuple, Any] = field(default_factory=dict)  # what a check computes once over all events
+    kernel_logged: frozenset[str] = frozenset()  # nodes whose own kernel log or syslog is in the evidence
 
     def once(self, key: tuple, compute: Callable[[], Any]) -> Any:
         if key not in self.memo:
@@ -131,11 +132,27 @@ def noted_on_its_node(event: Event, context: JudgeContext, noted: str, at_least:
     return f"{found} events of its node are noted {noted}" if found >= at_least else None
 
 
+def not_in_own_kernel_log(event: Event, context: JudgeContext) -> str | None:
+    """A kernel message printed among the job's lines (kernel-side, untrusted) that the node's own
+    kernel log, present in the evidence, does not hold (no trusted event of the same rule there;
+    for a line naming no node: no node's, when every node's log is present): a forgery or a copy."""
+    if event.trusted or not event.kernel_side:
+        return None
+    confirmed = context.once(("kernel_confirmed",), lambda: {(e.node, e.rule_id) for e in context.events if e.trusted})
+    if event.node in context.kernel_logged:
+        return None if (event.node, event.rule_id) in confirmed else f"not in {event.node}'s own kernel log"
+    every_node_logged = bool(context.job.nodes) and set(context.job.nodes) <= context.kernel_logged
+    if event.node is None and every_node_logged and event.rule_id not in {rule for _, rule in confirmed}:
+        return "in no node's own kernel log"
+    return None
+
+
 SUPPRESS_CHECKS: dict[str, Callable[..., str | None]] = {"outside_job_window": outside_job_window,
                                                          "recovered_before_failure": recovered_before_failure,
                                                          "noted_on_its_node": noted_on_its_node,
                                                          "after_in_same_file": after_in_same_file,
-                                                         "before_in_same_file": before_in_same_file}
+                                                         "before_in_same_file": before_in_same_file,
+                                                         "not_in_own_kernel_log": not_in_own_kernel_log}
 
 
 # -- explains --------------------------------------------------------------------------------------

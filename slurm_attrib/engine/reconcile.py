@@ -9,7 +9,7 @@ from slurm_attrib.engine.correlate import SKEW
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.jobwindow import PENDING_AGAIN
 from slurm_attrib.ingest.types import Evidence, JobContext
-from slurm_attrib.provenance import Provenance, supports_verdict
+from slurm_attrib.provenance import supports_verdict
 from slurm_attrib.vocab import DOMAIN_OF_CATEGORY, DRAINABLE_DOMAINS
 
 # Job states that are themselves the origin (Slurm decided, or Slurm saw the node die).
@@ -98,27 +98,6 @@ def reconcile_with_job_state(events: list[Event], job: JobContext) -> None:
         if event.role == "cause" and agreeing is not None and state not in agreeing:
             event.role = "symptom"
             event.notes["job_state"] = f"job state {state} disagrees"
-
-
-def discard_contradicted_claims(events: list[Event], evidence: Evidence) -> None:
-    """A kernel message printed in the job's output that the node's own kernel log does not hold.
-
-    Users can print anything; when the node's kernel or syslog is present and shows no such
-    event, the printed line is a forgery or a copy, and only context.
-    """
-    logged_nodes = {f.node for f in evidence.files if f.provenance is Provenance.KERNEL}
-    confirmed = {(e.node, e.rule_id) for e in events if e.trusted}
-    confirmed_anywhere = {rule_id for _node, rule_id in confirmed}
-    all_logged = bool(evidence.job.nodes) and set(evidence.job.nodes) <= logged_nodes
-    for event in events:
-        if event.trusted or not event.kernel_side or event.role != "cause":
-            continue
-        if event.node in logged_nodes and (event.node, event.rule_id) not in confirmed:
-            event.role = "context"
-            event.notes["contradicted"] = f"not in {event.node}'s own kernel log"
-        elif event.node is None and all_logged and event.rule_id not in confirmed_anywhere:
-            event.role = "context"
-            event.notes["contradicted"] = "in no node's own kernel log"
 
 
 def job_state(job: JobContext) -> str | None:
