@@ -27,6 +27,7 @@ class JudgeContext:
     job: JobContext
     events: list[Event]
     memo: dict[tuple, Any] = field(default_factory=dict)  # what a check computes once over all events
+    kernel_logged: frozenset[str] = frozenset()  # nodes whose own kernel log or syslog is in the evidence
 
     def once(self, key: tuple, compute: Callable[[], Any]) -> Any:
         if key not in self.memo:
@@ -131,11 +132,27 @@ def noted_on_its_node(event: Event, context: JudgeContext, noted: str, at_least:
     return f"{found} events of its node are noted {noted}" if found >= at_least else None
 
 
+def not_in_own_kernel_log(event: Event, context: JudgeContext) -> str | None:
+    """A kernel message printed among the job's lines (kernel-side, untrusted) that the node's own
+    kernel log, present in the evidence, does not hold (no trusted event of the same rule there;
+    for a line naming no node: no node's, when every node's log is present): a forgery or a copy."""
+    if event.trusted or not event.kernel_side:
+        return None
+    confirmed = context.once(("kernel_confirmed",), lambda: {(e.node, e.rule_id) for e in context.events if e.trusted})
+    if event.node in context.kernel_logged:
+        return None if (event.node, event.rule_id) in confirmed else f"not in {event.node}'s own kernel log"
+    every_node_logged = bool(context.job.nodes) and set(context.job.nodes) <= context.kernel_logged
+    if event.node is None and every_node_logged and event.rule_id not in {rule for _, rule in confirmed}:
+        return "in no node's own kernel log"
+    return None
+
+
 SUPPRESS_CHECKS: dict[str, Callable[..., str | None]] = {"outside_job_window": outside_job_window,
                                                          "recovered_before_failure": recovered_before_failure,
                                                          "noted_on_its_node": noted_on_its_node,
                                                          "after_in_same_file": after_in_same_file,
-                                                         "before_in_same_file": before_in_same_file}
+                                                         "before_in_same_file": before_in_same_file,
+                                                         "not_in_own_kernel_log": not_in_own_kernel_log}
 
 
 # -- explains --------------------------------------------------------------------------------------
@@ -174,22 +191,39 @@ def cause_first(ordered: list[Event], is_cause: Callable[[Event], bool], is_effe
 
 
 def nearest_lines(ordered: list[Event], is_cause: Callable[[Event], bool], is_effect: Callable[[Event], bool],
-                  reach: int) -> list[tuple[Event, Event]]:
+                  reach: int, only_before: bool = False) -> list[tuple[Event, Event]]:
     """Each effect is explained by the first cause (in line order) of its file at most `reach` lines
-    before or after it: lines printed together, whatever their times."""
+    before or after it (`only_before`: before it): lines printed together, whatever their times."""
     causes = sorted((e for e in ordered if is_cause(e)), key=lambda e: e.order)
     edges = []
     for effect in ordered:
         if is_effect(effect):
             near = [c for c in causes if c is not effect and c.order[0] == effect.order[0]
-                    and abs(c.order[1] - effect.order[1]) <= reach]
+                    and abs(c.order[1] - effect.order[1]) <= reach and not (only_before and c.order[1] >= effect.order[1])]
+            if near:
+                edges.append((near[0], effect))
+    return edges
+
+
+def near_in_time(ordered: list[Event], is_cause: Callable[[Event], bool], is_effect: Callable[[Event], bool],
+                 seconds: float) -> list[tuple[Event, Event]]:
+    """Each effect is explained by the first cause in line order (files in their order: the first
+    record of a fault dmesg and syslog both hold) at most `seconds` before or after it; an untimed
+    cause or effect counts as near (the same fault reported twice, its times unknown)."""
+    causes = sorted((e for e in ordered if is_cause(e)), key=lambda e: e.order)
+    edges = []
+    for effect in ordered:
+        if is_effect(effect):
+            near = [c for c in causes if c is not effect
+                    and (c.time is None or effect.time is None or abs(c.time - effect.time) <= seconds)]
             if near:
                 edges.append((near[0], effect))
     return edges
 
 
 EXPLAINS_CHECKS: dict[str, Callable[..., list[tuple[Event, Event]]]] = {"same_burst": same_burst, "cause_first": cause_first,
-                                                                        "nearest_lines": nearest_lines}
+                                                                        "nearest_lines": nearest_lines,
+                                                                        "near_in_time": near_in_time}
 
 
 # -- the job as a whole ----------------------------------------------------------------------------

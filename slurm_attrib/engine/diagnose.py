@@ -14,6 +14,7 @@ from slurm_attrib.ingest.gpuids import gpu_identities
 from slurm_attrib.ingest.hangdumps import HangFinding, hang_finding
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.model import CoverageItem, Diagnosis, Drain
+from slurm_attrib.provenance import Provenance
 from slurm_attrib.vocab import DRAINABLE_DOMAINS
 
 FAILED_STATES = {"FAILED", *reconcile.STATE_CAUSES}
@@ -42,17 +43,14 @@ def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_
     job = evidence.job
     events = reconcile.without_leads_on_read_lines(events) + reconcile.job_state_events(evidence)
     reconcile.date_node_failures(events, last_seen)
-    context = JudgeContext(job, events)
+    context = JudgeContext(job, events, kernel_logged=frozenset(
+        f.node for f in evidence.files if f.provenance is Provenance.KERNEL and f.node))
     relate.suppress(events, context, rule_dirs)
     relate.aggregate(events, context, rule_dirs)
     relate.explain(events, context, rule_dirs)
-    reconcile.cancelled_for_memory(events)
-    reconcile.cancelled_after_task_failure(events)
     reconcile.setup_phase_timeouts(events, evidence)
     reconcile.termination_as_origin(events)
     reconcile.reconcile_with_job_state(events, job)
-    reconcile.discard_contradicted_claims(events, evidence)
-    reconcile.prefer_corroborating_kernel_events(events)
     verdict = _judge(events, evidence, last_seen, context, rule_dirs)
     drains = _drains(verdict, job)
     symptoms = assemble.symptom_groups(events)

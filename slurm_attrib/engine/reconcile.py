@@ -6,10 +6,10 @@ import re
 from collections import defaultdict
 
 from slurm_attrib.engine.correlate import SKEW
-from slurm_attrib.engine.events import Event, is_failed_task
+from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.jobwindow import PENDING_AGAIN
 from slurm_attrib.ingest.types import Evidence, JobContext
-from slurm_attrib.provenance import Provenance, supports_verdict
+from slurm_attrib.provenance import supports_verdict
 from slurm_attrib.vocab import DOMAIN_OF_CATEGORY, DRAINABLE_DOMAINS
 
 # Job states that are themselves the origin (Slurm decided, or Slurm saw the node die).
@@ -98,52 +98,6 @@ def reconcile_with_job_state(events: list[Event], job: JobContext) -> None:
         if event.role == "cause" and agreeing is not None and state not in agreeing:
             event.role = "symptom"
             event.notes["job_state"] = f"job state {state} disagrees"
-
-
-def discard_contradicted_claims(events: list[Event], evidence: Evidence) -> None:
-    """A kernel message printed in the job's output that the node's own kernel log does not hold.
-
-    Users can print anything; when the node's kernel or syslog is present and shows no such
-    event, the printed line is a forgery or a copy, and only context.
-    """
-    logged_nodes = {f.node for f in evidence.files if f.provenance is Provenance.KERNEL}
-    confirmed = {(e.node, e.rule_id) for e in events if e.trusted}
-    confirmed_anywhere = {rule_id for _node, rule_id in confirmed}
-    all_logged = bool(evidence.job.nodes) and set(evidence.job.nodes) <= logged_nodes
-    for event in events:
-        if event.trusted or not event.kernel_side or event.role != "cause":
-            continue
-        if event.node in logged_nodes and (event.node, event.rule_id) not in confirmed:
-            event.role = "context"
-            event.notes["contradicted"] = f"not in {event.node}'s own kernel log"
-        elif event.node is None and all_logged and event.rule_id not in confirmed_anywhere:
-            event.role = "context"
-            event.notes["contradicted"] = "in no node's own kernel log"
-
-
-CORROBORATION_WINDOW = 600.0  # seconds between a job's report of a fault and the kernel's
-
-
-def prefer_corroborating_kernel_events(events: list[Event]) -> None:
-    """The job reports a hardware fault that the node's own log also shows: the trusted line is the
-    evidence of record (it gets the report's strength), the job's line becomes its symptom.
-
-    E.g. `RuntimeError: CUDA error: uncorrectable ECC error encountered` on a rank of node N and
-    `NVRM: Xid ... 94 ...` in N's kernel log: the fault is established by the kernel.
-    """
-    trusted = [e for e in events if e.trusted and e.category and e.role in ("cause", "symptom")]
-    for claim in events:
-        if claim.trusted or claim.role != "cause" or claim.domain not in DRAINABLE_DOMAINS or claim.node is None:
-            continue
-        for record in trusted:
-            if record.node == claim.node and record.category == claim.category and _near(record, claim):
-                record.role, record.strength = "cause", max(record.strength, claim.strength)
-                claim.role, claim.explained_by = "symptom", record
-                break
-
-
-def _near(a: Event, b: Event) -> bool:
-    return a.time is None or b.time is None or abs(a.time - b.time) <= CORROBORATION_WINDOW
 
 
 def job_state(job: JobContext) -> str | None:
@@ -260,62 +214,6 @@ def _maybe_before(event: Event, notice: Event) -> bool:
     if event.time is None or notice.time is None:
         return True
     return event.time < notice.time + (0.0 if event.time_inherited or notice.time_inherited else SKEW)
-
-
-MEMORY_CANCEL_REACH = 5  # lines between slurmstepd's cancel banner and its memory-limit lines
-MEMORY_LIMIT_TYPES = {"slurm_memory_exceeded"}
-
-
-def cancelled_for_memory(events: list[Event]) -> None:
-    """Slurm's memory enforcement (jobacct_gather) ends a job over its limit by cancelling it: a
-    cancel banner that names nobody, next to slurmstepd's `Exceeded job memory limit` lines, is the
-    memory kill (host_oom), not a user's scancel."""
-    limits = [e for e in events if e.type in MEMORY_LIMIT_TYPES]
-    if not limits:
-        return
-    for banner in events:
-        if banner.type != "slurm_cancelled" or banner.role != "cause" or banner.fields.get("by") or banner.fields.get("signal"):
-            continue
-        near = [e for e in limits if e.order[0] == banner.order[0] and abs(e.order[1] - banner.order[1]) <= MEMORY_CANCEL_REACH]
-        if not near:
-            continue
-        limit = min(near, key=lambda e: e.order)
-        limit.role, limit.strength = "cause", 2
-        if limit.time is None:
-            limit.time, limit.time_inherited = banner.time, True
-        limit.notes["memory_cancel"] = "slurmstepd cancelled the job for exceeding its memory limit"
-        banner.role, banner.explained_by = "symptom", limit
-
-
-TASK_CANCEL_REACH = 20  # lines between srun's report of the failed task and the step's cancel banner
-
-
-def cancelled_after_task_failure(events: list[Event]) -> None:
-    """Before Slurm 25.05 a step killed because one of its tasks failed (`srun --kill-on-bad-exit`,
-    MPI launchers) prints the same plain `*** STEP <id> ON <node> CANCELLED AT <time> ***` as an
-    scancel (src/slurmd/slurmstepd/req.c; 25.05 adds `DUE TO TASK FAILURE`).  When srun reported
-    a failed task just before the banner, that failure ended the step, not a user: the banner is
-    its symptom (what made the task fail is the cause, when the evidence shows it)."""
-    failures = [e for e in events if is_failed_task(e)]
-    for banner in events:
-        if (banner.type != "slurm_cancelled" or banner.role != "cause" or banner.fields.get("what") != "STEP"
-                or banner.fields.get("by")):
-            continue
-        before = [f for f in failures if f.order[0] == banner.order[0]
-                  and 0 < banner.order[1] - f.order[1] <= TASK_CANCEL_REACH]
-        if not before:
-            continue
-        first = min(before, key=lambda e: e.order)
-        for copy in _copies_of_banner(banner, events):  # the same banner in a node's slurmd log
-            copy.role, copy.explained_by = "symptom", first
-            copy.notes["task_failure"] = "the step was ended because a task failed (srun --kill-on-bad-exit)"
-
-
-def _copies_of_banner(banner: Event, events: list[Event]) -> list[Event]:
-    """slurmstepd writes its banner both to the job's output and to its node's slurmd log: the
-    same banner is the one naming the same job, step and time."""
-    same = ("what", "jobid", "step", "at")
-    return [e for e in events if e.type == banner.type and all(e.fields.get(k) == banner.fields.get(k) for k in same)]
 
 
 # A collective among the first few of a process group: the ranks have barely started working together.

@@ -54,10 +54,12 @@ def matches(match: EventMatch, event: Event) -> bool:
         and (match.fallback is None or event.fallback == match.fallback)
         and (match.trusted is None or event.trusted == match.trusted)
         and (match.timed is None or (event.time is not None) == match.timed)
+        and (match.placed is None or (event.node is not None) == match.placed)
         and all(event.fields.get(name) is not None for name in match.present)
         and all(key in event.notes for key in match.noted)
         and not any(key in event.notes for key in match.not_noted)
         and all(event.fields.get(name) in allowed for name, allowed in match.fields.items())
+        and not any(event.fields.get(name) in barred for name, barred in match.not_fields.items())
     )
 
 
@@ -209,7 +211,9 @@ def explain(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, .
             into[id(effect)].append((cause, effect, relation))
     for edges in into.values():
         edges.sort(key=lambda edge: (edge[0].sort_key, edge[2].id))
-        cause, effect, _ = edges[0]
+        cause, effect, chosen = edges[0]
+        if chosen.cause_set is not None:
+            _set_cause(chosen, cause, effect)
         effect.explained_by = cause
         if effect.role == "cause":  # an effect with an incoming edge is its cause's symptom
             effect.role = "symptom"
@@ -217,6 +221,21 @@ def explain(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, .
             if relation.note:
                 effect.notes[relation.note] = relation.says
             effect.decided_by.append(relation.id)
+
+
+def _set_cause(relation: Relation, cause: Event, effect: Event) -> None:
+    """The relation's `cause_set` on the cause of an edge that explains its effect."""
+    change = relation.cause_set
+    if change.role is not None:
+        cause.role = change.role
+    if change.strength is not None:
+        cause.strength = change.strength
+    if change.strength_from == "effect":
+        cause.strength = max(cause.strength, effect.strength)
+    if change.time_from == "effect" and cause.time is None and effect.time is not None:
+        cause.time, cause.time_inherited = effect.time, True
+    if relation.id not in cause.decided_by:
+        cause.decided_by.append(relation.id)
 
 
 def _edges(relation: Relation, events: list[Event]) -> list[tuple[Event, Event]]:
@@ -231,6 +250,22 @@ def _edges(relation: Relation, events: list[Event]) -> list[tuple[Event, Event]]
     for members in groups.values():
         members.sort(key=lambda e: e.sort_key)
         found += EXPLAINS_CHECKS[name](members, is_cause, is_effect, **parameters)
+    return found + _copies(relation, events, found)
+
+
+def _copies(relation: Relation, events: list[Event], edges: list[tuple[Event, Event]]) -> list[tuple[Event, Event]]:
+    """Edges from each edge's cause to the copies of its effect: events of its type with the same
+    values of the relation's `copies` fields."""
+    if not relation.copies:
+        return []
+    reached = {id(effect) for _, effect in edges}
+    found = []
+    for cause, effect in edges:
+        for other in events:
+            if (id(other) not in reached and other.type == effect.type
+                    and all(other.fields.get(k) == effect.fields.get(k) for k in relation.copies)):
+                reached.add(id(other))
+                found.append((cause, other))
     return found
 
 
@@ -250,6 +285,8 @@ def _group_value(event: Event, key: str):
         return (event.node, event.fields.get("pci"))
     if key == "file":
         return event.source
+    if key == "category":
+        return event.category
     return event.fields.get(key)
 
 

@@ -19,9 +19,11 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     # aggregate: groups of events that together mean more than each (a count that promotes)
     events: {type: [host_memory_ce], role: [context], not_noted: [outside_window]}
                                       # matcher keys: rule, type, not_type, role, domain, category,
-                                      # kind, strength (a list), trusted, timed, fallback (a
+                                      # kind, strength (a list), trusted, timed, placed (has a
+                                      # node), fallback (a
                                       # second-look lead), present (fields it has), noted,
-                                      # not_noted, fields
+                                      # not_noted, fields (allowed values; null: absent),
+                                      # not_fields (values it must not have)
     group_by: [node]
     same: [pci]                       # optional: fields all of a group share (one GPU of the node)
     distinct: pid                     # optional: count the group's distinct values of this field
@@ -39,9 +41,18 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     # explains: an effect with an edge from a cause is its symptom
     cause: {type: [gpu_xid], role: [cause]}
     effect: {type: [gpu_xid], role: [symptom]}
-    scope: [node]                     # what cause and effect must share
+    scope: [node]                     # what cause and effect must share: job, node, gpu, file,
+                                      # category
     check: {same_burst: {silence: 180}}
     note: wrapper                     # optional: a notes key the effect gets, with `says`
+    cause_set: {role: cause, strength: 2, time_from: effect}
+                                      # optional: what the cause of an edge that explains its
+                                      # effect becomes (a context line that says why: the origin);
+                                      # time_from: an untimed cause takes the effect's time;
+                                      # strength_from: effect (at least the effect's strength)
+    copies: [what, jobid, step, at]   # optional: the edge also reaches every event of the effect's
+                                      # type with the same values of these fields (the same line
+                                      # copied into another log: slurmstepd's banner in slurmd.log)
     tests:                            # input lines and what the relation decided (see below)
       - name: ...
         input: {gpu03/dmesg.txt: '...'}
@@ -92,11 +103,13 @@ class EventMatch(Strict):
     strength: list[int] = []
     trusted: bool | None = None
     timed: bool | None = None  # has a wall-clock time
+    placed: bool | None = None  # has a node
     fallback: bool | None = None  # a second-look lead (rules/fallback.yaml)
     present: list[str] = []  # has each of these fields
     noted: list[str] = []  # carries every one of these notes keys
     not_noted: list[str] = []  # carries none of them
-    fields: dict[str, list[Any]] = {}  # field name: allowed values
+    fields: dict[str, list[Any]] = {}  # field name: allowed values (null: the field is absent)
+    not_fields: dict[str, list[Any]] = {}  # field name: values it must not have
 
     @field_validator("domain", "category", "kind")
     @classmethod
@@ -120,6 +133,16 @@ class Effect(Strict):
         if value is not None and value not in DOMAIN_OF_CATEGORY:
             raise ValueError(f"unknown category {value!r}")
         return value
+
+
+class CauseSet(Strict):
+    """explains: what the cause of an edge that explains its effect becomes (the line that names
+    why is the origin, though its rule alone calls it context)."""
+
+    role: Literal["cause"] | None = None
+    strength: int | None = Field(default=None, ge=1, le=3)
+    time_from: Literal["effect"] | None = None  # an untimed cause takes its effect's time (inherited)
+    strength_from: Literal["effect"] | None = None  # the cause takes its effect's strength when higher
 
 
 class RelationTest(Strict):
@@ -155,7 +178,11 @@ class Relation(Strict):
     # explains
     cause: EventMatch | None = None
     effect: EventMatch | None = None
-    scope: list[Literal["job", "node", "gpu", "file"]] = []
+    scope: list[Literal["job", "node", "gpu", "file", "category"]] = []
+    cause_set: CauseSet | None = None
+    # the edge also reaches every event of the effect's type with the same values of these fields
+    # (the same line copied into another log, e.g. slurmstepd's banner in the slurmd log)
+    copies: list[str] = []
     # suppress: relations whose decisions this one reads (their notes); it runs once they applied
     after: list[str] = []
     # suppress and explains: one named check and its parameters
@@ -176,6 +203,8 @@ class Relation(Strict):
         if self.kind == "suppress" and (self.set.category is not None or self.set.role in ("cause", "marker")
                                         or self.set.which is not None or self.set.clear):
             raise ValueError("a suppress relation only demotes: `set` takes role symptom or context, and strength")
+        if (self.cause_set is not None or self.copies) and self.kind != "explains":
+            raise ValueError("only an explains relation has `cause_set` or `copies`")
         if self.after and self.kind != "suppress":
             raise ValueError("only a suppress relation runs `after` others")
         if self.kind in ("suppress", "aggregate") and not self.note:
