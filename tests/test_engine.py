@@ -512,3 +512,23 @@ def test_results_with_no_error_line_read_as_likely_success_without_a_job_state(t
     nothing = "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
     diagnosis = analyze_path(write_job(tmp_path / "header", {"slurm-77.out": nothing}, state=None))
     assert diagnosis.category == "no_evidence"  # no result, no error: nothing to go by
+
+
+XID13 = "NVRM: Xid (PCI:0000:3b:00): 13, pid=4121, name=python, Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address\n"
+XID109 = "NVRM: Xid (PCI:0000:3b:00): 109, pid=4121, name=python, Ch 00000010, errorString CTX SWITCH TIMEOUT, Info 0x2c004\n"
+
+
+def test_an_xid_109_after_an_xid_13_of_the_same_gpu_is_its_consequence_timed_or_not(tmp_path):
+    timed = "2026-12-02T13:04:06,123456+00:00 " + XID13 + "2026-12-02T13:04:16,123456+00:00 " + XID109
+    since_boot = "[ 5000.100000] " + XID13 + "[ 5010.100000] " + XID109  # no anchor: seconds since boot only
+    for name, dmesg in (("timed", timed), ("since_boot", since_boot)):
+        diagnosis = analyze_path(write_job(tmp_path / name, {"slurm-77.out": nccl_init() + watchdog(0), "gpu03/dmesg.txt": dmesg}))
+        assert (diagnosis.domain, diagnosis.cause.gpus[0].xid) == ("application", 13), name
+        assert diagnosis.drain == [], name
+        assert any(e.role == "symptom" and "): 109," in e.text for e in diagnosis.evidence), name
+
+
+def test_an_untimed_fault_loses_to_an_equally_strong_timed_one(tmp_path):
+    untimed = XID79.split(" ", 1)[1].replace("3b:00", "5e:00")
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu01/dmesg.txt": "[ 5010.100000] " + untimed, "gpu03/dmesg.txt": XID79}))
+    assert diagnosis.culprit_nodes == ["gpu03"] and diagnosis.quality == "confirmed"
