@@ -532,3 +532,13 @@ def test_an_untimed_fault_loses_to_an_equally_strong_timed_one(tmp_path):
     untimed = XID79.split(" ", 1)[1].replace("3b:00", "5e:00")
     diagnosis = analyze_path(write_job(tmp_path, {"gpu01/dmesg.txt": "[ 5010.100000] " + untimed, "gpu03/dmesg.txt": XID79}))
     assert diagnosis.culprit_nodes == ["gpu03"] and diagnosis.quality == "confirmed"
+
+
+def test_a_gpu_fault_named_by_the_jobs_own_output_keeps_its_meaning_without_a_drain(tmp_path):
+    traceback = '[rank5]: Traceback (most recent call last):\n[rank5]:   File "train.py", line 10, in <module>\n[rank5]:     loss.backward()\n'
+    for name, line in (("exception", "[rank5]: RuntimeError: GPU has fallen off the bus\n"),
+                       ("xid", "[rank5]: Xid 79: GPU reset required\n")):
+        diagnosis = analyze_path(write_job(tmp_path / name, {"slurm-77.out": nccl_init() + traceback + line}))
+        assert (diagnosis.domain, diagnosis.category) == ("gpu", "gpu_fell_off_bus"), name
+        assert diagnosis.quality == "likely" and diagnosis.drain == [], name
+        assert diagnosis.culprit_nodes == ["gpu03"], name  # rank 5 runs on gpu03 (NCCL init lines)
