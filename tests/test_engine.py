@@ -542,3 +542,15 @@ def test_a_gpu_fault_named_by_the_jobs_own_output_keeps_its_meaning_without_a_dr
         assert (diagnosis.domain, diagnosis.category) == ("gpu", "gpu_fell_off_bus"), name
         assert diagnosis.quality == "likely" and diagnosis.drain == [], name
         assert diagnosis.culprit_nodes == ["gpu03"], name  # rank 5 runs on gpu03 (NCCL init lines)
+
+
+def test_ib_protection_and_access_errors_point_at_the_rdma_setup_not_a_cable(tmp_path):
+    nccl = "gpu02:1200:1300 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.0.0.3<44206> with status={} opcode=0 len=0 vendor err 138 (Send)\n"
+    ucx = "[gpu02:3117:0:3117] ib_mlx5_log.c:143  {} on mlx5_0:1/IB (synd 0x4 vend 0x56 hw_synd 0/0)\n"
+    lines = {"status4": nccl.format(4), "status9": nccl.format(9), "status10": nccl.format(10),
+             "ucx_protection": ucx.format("Local protection"), "ucx_retry": ucx.format("Transport retry count exceeded")}
+    for name, line in lines.items():
+        diagnosis = analyze_path(write_job(tmp_path / name, {"slurm-77.out": nccl_init() + line}))
+        assert (diagnosis.domain, diagnosis.category, diagnosis.drain) == ("network", "transport_error", []), name
+        admin = " ".join(a.text for a in diagnosis.actions if a.who == "admin")
+        assert ("cable and switch port" in admin) == (name == "ucx_retry"), name
