@@ -554,3 +554,10 @@ def test_ib_protection_and_access_errors_point_at_the_rdma_setup_not_a_cable(tmp
         assert (diagnosis.domain, diagnosis.category, diagnosis.drain) == ("network", "transport_error", []), name
         admin = " ".join(a.text for a in diagnosis.actions if a.who == "admin")
         assert ("cable and switch port" in admin) == (name == "ucx_retry"), name
+
+
+def test_a_host_is_named_as_the_log_spells_it(tmp_path):
+    # a reporter's redacted prefix stays: the node is `...-48`, not `48`
+    port_error = "".join(f"...-48:3405{i}:34121 [{i}] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error\n" for i in range(2))
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": port_error}, nodes=[]))
+    assert diagnosis.culprit_nodes == ["...-48"]
