@@ -512,3 +512,52 @@ def test_results_with_no_error_line_read_as_likely_success_without_a_job_state(t
     nothing = "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
     diagnosis = analyze_path(write_job(tmp_path / "header", {"slurm-77.out": nothing}, state=None))
     assert diagnosis.category == "no_evidence"  # no result, no error: nothing to go by
+
+
+XID13 = "NVRM: Xid (PCI:0000:3b:00): 13, pid=4121, name=python, Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address\n"
+XID109 = "NVRM: Xid (PCI:0000:3b:00): 109, pid=4121, name=python, Ch 00000010, errorString CTX SWITCH TIMEOUT, Info 0x2c004\n"
+
+
+def test_an_xid_109_after_an_xid_13_of_the_same_gpu_is_its_consequence_timed_or_not(tmp_path):
+    timed = "2026-12-02T13:04:06,123456+00:00 " + XID13 + "2026-12-02T13:04:16,123456+00:00 " + XID109
+    since_boot = "[ 5000.100000] " + XID13 + "[ 5010.100000] " + XID109  # no anchor: seconds since boot only
+    for name, dmesg in (("timed", timed), ("since_boot", since_boot)):
+        diagnosis = analyze_path(write_job(tmp_path / name, {"slurm-77.out": nccl_init() + watchdog(0), "gpu03/dmesg.txt": dmesg}))
+        assert (diagnosis.domain, diagnosis.cause.gpus[0].xid) == ("application", 13), name
+        assert diagnosis.drain == [], name
+        assert any(e.role == "symptom" and "): 109," in e.text for e in diagnosis.evidence), name
+
+
+def test_an_untimed_fault_loses_to_an_equally_strong_timed_one(tmp_path):
+    untimed = XID79.split(" ", 1)[1].replace("3b:00", "5e:00")
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu01/dmesg.txt": "[ 5010.100000] " + untimed, "gpu03/dmesg.txt": XID79}))
+    assert diagnosis.culprit_nodes == ["gpu03"] and diagnosis.quality == "confirmed"
+
+
+def test_a_gpu_fault_named_by_the_jobs_own_output_keeps_its_meaning_without_a_drain(tmp_path):
+    traceback = '[rank5]: Traceback (most recent call last):\n[rank5]:   File "train.py", line 10, in <module>\n[rank5]:     loss.backward()\n'
+    for name, line in (("exception", "[rank5]: RuntimeError: GPU has fallen off the bus\n"),
+                       ("xid", "[rank5]: Xid 79: GPU reset required\n")):
+        diagnosis = analyze_path(write_job(tmp_path / name, {"slurm-77.out": nccl_init() + traceback + line}))
+        assert (diagnosis.domain, diagnosis.category) == ("gpu", "gpu_fell_off_bus"), name
+        assert diagnosis.quality == "likely" and diagnosis.drain == [], name
+        assert diagnosis.culprit_nodes == ["gpu03"], name  # rank 5 runs on gpu03 (NCCL init lines)
+
+
+def test_ib_protection_and_access_errors_point_at_the_rdma_setup_not_a_cable(tmp_path):
+    nccl = "gpu02:1200:1300 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.0.0.3<44206> with status={} opcode=0 len=0 vendor err 138 (Send)\n"
+    ucx = "[gpu02:3117:0:3117] ib_mlx5_log.c:143  {} on mlx5_0:1/IB (synd 0x4 vend 0x56 hw_synd 0/0)\n"
+    lines = {"status4": nccl.format(4), "status9": nccl.format(9), "status10": nccl.format(10),
+             "ucx_protection": ucx.format("Local protection"), "ucx_retry": ucx.format("Transport retry count exceeded")}
+    for name, line in lines.items():
+        diagnosis = analyze_path(write_job(tmp_path / name, {"slurm-77.out": nccl_init() + line}))
+        assert (diagnosis.domain, diagnosis.category, diagnosis.drain) == ("network", "transport_error", []), name
+        admin = " ".join(a.text for a in diagnosis.actions if a.who == "admin")
+        assert ("cable and switch port" in admin) == (name == "ucx_retry"), name
+
+
+def test_a_host_is_named_as_the_log_spells_it(tmp_path):
+    # a reporter's redacted prefix stays: the node is `...-48`, not `48`
+    port_error = "".join(f"...-48:3405{i}:34121 [{i}] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error\n" for i in range(2))
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": port_error}, nodes=[]))
+    assert diagnosis.culprit_nodes == ["...-48"]

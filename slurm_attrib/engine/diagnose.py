@@ -209,8 +209,10 @@ def _choose_primary(candidates: list[Event]) -> tuple[Event, list[Event]]:
 
 def _earlier_fault_on_same_component(chosen: Event, candidates: list[Event]) -> Event | None:
     """Time before strength: a weaker fault earlier on the same GPU (or the same node's same kind
-    of hardware) is the origin, and the stronger one that follows it is its consequence."""
-    if chosen.time is None or chosen.domain not in HARDWARE_PRECEDENCE or chosen.node is None:
+    of hardware) is the origin, and the stronger one that follows it is its consequence (an Xid
+    109 context-switch timeout after an Xid 13 of the same GPU).  Lines with no wall-clock time
+    are ordered by their own file's clock (seconds since boot, else line order)."""
+    if chosen.domain not in HARDWARE_PRECEDENCE or chosen.node is None:
         return None
     return _origin_of(chosen, [
         c
@@ -219,7 +221,7 @@ def _earlier_fault_on_same_component(chosen: Event, candidates: list[Event]) -> 
         and c.node == chosen.node
         and c.trusted >= chosen.trusted
         and _same_component(c, chosen)
-        and _earlier_in_time(c, chosen)
+        and (_earlier_in_time(c, chosen) or _earlier_in_the_same_file(c, chosen))
     ])
 
 
@@ -242,6 +244,16 @@ def _what_the_crash_followed(chosen: Event, candidates: list[Event]) -> Event | 
 
     return _origin_of(chosen, [c for c in candidates if c is not chosen and c.node == chosen.node
                                and c.category not in (None, "app_killed_signal") and before(c)])
+
+
+def _earlier_in_the_same_file(c: Event, chosen: Event) -> bool:
+    """Neither line has a wall-clock time, c comes first in the same file, and soon enough before
+    chosen to explain it: by seconds since boot when both have them, else within a few lines."""
+    if c.time is not None or chosen.time is not None or c.order[0] != chosen.order[0] or c.order >= chosen.order:
+        return False
+    if c.mono is not None and chosen.mono is not None:
+        return chosen.mono - correlate.EXPLAIN_HORIZON <= c.mono <= chosen.mono
+    return chosen.order[1] - c.order[1] <= CRASH_REACH
 
 
 def _earlier_in_time(c: Event, chosen: Event) -> bool:

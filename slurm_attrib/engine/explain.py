@@ -49,6 +49,13 @@ ADMIN_ACTIONS = {
     "storage": "Check the shared filesystem's servers and clients; no compute node is at fault",
 }
 
+# A failed RDMA work completion whose status points at how the transfer was set up (protection,
+# access, invalid request: rules/_codes.yaml points_at) is not a cable's fault.
+RDMA_SETUP_ACTION = ("Check the RDMA setup of {nodes} (PCIe ACS / IOMMU, the GPUDirect peer-memory module, "
+                     "memory registration limits) and the communication library's configuration; "
+                     "the error code does not point at the link or cable")
+RDMA_SETUP_POINTS_AT = ("configuration", "application")
+
 USER_ACTIONS = {
     "app_exception": "Fix the exception shown in the evidence, then resubmit",
     "cuda_error": "Debug the CUDA error (CUDA_LAUNCH_BLOCKING=1 gives the failing kernel), then resubmit",
@@ -134,7 +141,8 @@ def actions_for(verdict: "Verdict", drains: list[Drain]) -> list[Action]:
     if primary.notes.get("xid_action"):
         actions.append(Action(who="admin", text=f"NVIDIA's recommended action for Xid {primary.fields.get('xid')}: {primary.notes['xid_action']}"))
     if primary.domain in ADMIN_ACTIONS and not verdict.systemic:
-        actions.append(Action(who="admin", text=ADMIN_ACTIONS[primary.domain].format(nodes=nodes)))
+        setup = primary.notes.get("ib_status_points_at") in RDMA_SETUP_POINTS_AT
+        actions.append(Action(who="admin", text=(RDMA_SETUP_ACTION if setup else ADMIN_ACTIONS[primary.domain]).format(nodes=nodes)))
     if verdict.systemic:
         actions.append(Action(who="admin", text="Investigate the shared service (filesystem, fabric) used by all nodes; do not drain nodes one by one"))
     if primary.category in USER_ACTIONS:

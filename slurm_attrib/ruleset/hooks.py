@@ -209,14 +209,16 @@ def ibv_wc_status() -> dict[int, str]:
 def refine_ib_status(hit: "Hit") -> "Hit":
     """Name and decode the ibv_wc_status of an IB completion error from the code table.
 
-    12/13 (retry counters exceeded) = the peer stopped answering; 4/8/10 point at memory
-    registration / GPUDirect configuration; 5 (WR_FLUSH_ERR) is secondary."""
+    12/13 (retry counters exceeded) = the peer stopped answering; 4/8/9/10 point at memory
+    registration / GPUDirect configuration or the software's use of verbs; 5 (WR_FLUSH_ERR) is
+    secondary.  The status is read as a number, else by name or message (`msg`: UCX's words)."""
     status = hit.fields.get("status")
-    entry = decode_code("ibv_wc_status", status)
+    entry = None
+    for name in ("status", "status_name", "msg"):
+        entry = entry or decode_code("ibv_wc_status", hit.fields.get(name))
     if entry is None:
-        entry = decode_code("ibv_wc_status", hit.fields.get("status_name"))
-    if entry is None:
-        hit.notes["ib_status_name"] = f"unknown ibv_wc_status {status}"
+        if status is not None:
+            hit.notes["ib_status_name"] = f"unknown ibv_wc_status {status}"
         return hit
     _apply_code(hit, entry, "ib_status")
     if entry["number"] == 5:
