@@ -298,9 +298,12 @@ def xid31(pid: int, pci: str = "0000:db:00", minute: int = 5) -> str:
 def test_xid31_recurring_on_one_gpu_across_processes_suspects_the_gpu(tmp_path):
     dmesg = "".join(xid31(pid, minute=m) for m, pid in ((5, 100), (8, 200), (11, 300)))
     diagnosis = analyze_path(write_job(tmp_path, {"gpu02/dmesg.txt": dmesg}))
-    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("gpu", "gpu_hardware_other", "likely")
+    # the recurrence makes the GPU suspect, and the Xid is still what the application usually did: both readings stand
+    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("gpu", "gpu_hardware_other", "ambiguous")
     assert diagnosis.culprit_nodes == ["gpu02"] and diagnosis.drain == []
     assert any("3 different processes" in note for note in diagnosis.notes)
+    application = [a for a in diagnosis.alternatives if (a.domain, a.category) == ("application", "cuda_error")]
+    assert application and application[0].gpus[0].xid == 31 and application[0].nodes == ["gpu02"]
 
 
 def test_xid31_from_one_process_or_on_every_gpu_stays_the_application(tmp_path):
