@@ -298,9 +298,12 @@ def xid31(pid: int, pci: str = "0000:db:00", minute: int = 5) -> str:
 def test_xid31_recurring_on_one_gpu_across_processes_suspects_the_gpu(tmp_path):
     dmesg = "".join(xid31(pid, minute=m) for m, pid in ((5, 100), (8, 200), (11, 300)))
     diagnosis = analyze_path(write_job(tmp_path, {"gpu02/dmesg.txt": dmesg}))
-    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("gpu", "gpu_hardware_other", "likely")
+    # the recurrence makes the GPU suspect, and the Xid is still what the application usually did: both readings stand
+    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("gpu", "gpu_hardware_other", "ambiguous")
     assert diagnosis.culprit_nodes == ["gpu02"] and diagnosis.drain == []
     assert any("3 different processes" in note for note in diagnosis.notes)
+    application = [a for a in diagnosis.alternatives if (a.domain, a.category) == ("application", "cuda_error")]
+    assert application and application[0].gpus[0].xid == 31 and application[0].nodes == ["gpu02"]
 
 
 def test_xid31_from_one_process_or_on_every_gpu_stays_the_application(tmp_path):
@@ -561,3 +564,20 @@ def test_a_host_is_named_as_the_log_spells_it(tmp_path):
     port_error = "".join(f"...-48:3405{i}:34121 [{i}] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error\n" for i in range(2))
     diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": port_error}, nodes=[]))
     assert diagnosis.culprit_nodes == ["...-48"]
+
+
+def test_an_errno_is_read_with_the_call_that_returned_it(tmp_path):
+    traceback = 'Traceback (most recent call last):\n  File "/usr/lib/python3.10/shutil.py", line 680, in _rmtree_safe_fd\n    os.unlink(entry.name, dir_fd=topfd)\n'
+    # EBUSY on an NFS silly-rename file: a cleanup that met a file still open elsewhere, harmless
+    ebusy = "OSError: [Errno 16] Device or resource busy: '/home/u/run/tmp/.nfs000000000123abcd00000042'\n"
+    diagnosis = analyze_path(write_job(tmp_path / "ebusy", {"slurm-77.out": traceback + ebusy}))
+    assert diagnosis.category != "app_exception"
+    assert [e.role for e in diagnosis.evidence if "Errno 16" in e.text] in ([], ["context"])
+    # EREMOTEIO from a call on a path: the filesystem serving it failed
+    eremoteio = "OSError: [Errno 121] Remote I/O error: '/mnt/nfs/data/shard_0001'\n"
+    diagnosis = analyze_path(write_job(tmp_path / "eremoteio", {"slurm-77.out": traceback + eremoteio}))
+    assert (diagnosis.domain, diagnosis.category) == ("storage", "filesystem_error")
+    # without a path (an I2C/SMBus transfer no device answered) it stays the program's exception
+    smbus = "OSError: [Errno 121] Remote I/O error\n"
+    diagnosis = analyze_path(write_job(tmp_path / "smbus", {"slurm-77.out": traceback + smbus}))
+    assert diagnosis.category == "app_exception"

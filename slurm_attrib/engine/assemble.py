@@ -4,12 +4,14 @@ the timeline and the evidence trail."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from slurm_attrib.engine.events import Event
+from slurm_attrib.engine.events import OTHER_READING, Event
 from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.ingest.types import JobContext
 from slurm_attrib.model import Cause, EvidenceLine, Gpu, Link, Outcome, SymptomGroup, TimelineEntry
+from slurm_attrib.vocab import DOMAIN_OF_CATEGORY
 
 if TYPE_CHECKING:
     from slurm_attrib.engine.diagnose import Verdict
@@ -26,6 +28,10 @@ def alternatives(events: list[Event], verdict: Verdict) -> list[Event]:
     others = [e for e in events if e.role == "cause" and e is not primary and e.explained_by is None]
     seen: set[tuple] = set()
     chosen = list(verdict.rivals)
+    if primary and OTHER_READING in primary.notes:  # the same line read the other way
+        other = primary.notes[OTHER_READING]
+        chosen.insert(0, replace(primary, domain=DOMAIN_OF_CATEGORY[other], category=other))
+        seen.add((primary.node, other))
     for event in sorted(others, key=lambda e: e.sort_key):
         key = (event.node, event.category)
         if key in seen or (primary and key == (primary.node, primary.category)) or event in chosen:

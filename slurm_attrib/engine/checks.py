@@ -191,15 +191,17 @@ def cause_first(ordered: list[Event], is_cause: Callable[[Event], bool], is_effe
 
 
 def nearest_lines(ordered: list[Event], is_cause: Callable[[Event], bool], is_effect: Callable[[Event], bool],
-                  reach: int, only_before: bool = False) -> list[tuple[Event, Event]]:
+                  reach: int, only_before: bool = False, only_after: bool = False) -> list[tuple[Event, Event]]:
     """Each effect is explained by the first cause (in line order) of its file at most `reach` lines
-    before or after it (`only_before`: before it): lines printed together, whatever their times."""
+    before or after it (`only_before`: before it; `only_after`: after it): lines printed together,
+    whatever their times."""
     causes = sorted((e for e in ordered if is_cause(e)), key=lambda e: e.order)
     edges = []
     for effect in ordered:
         if is_effect(effect):
             near = [c for c in causes if c is not effect and c.order[0] == effect.order[0]
-                    and abs(c.order[1] - effect.order[1]) <= reach and not (only_before and c.order[1] >= effect.order[1])]
+                    and abs(c.order[1] - effect.order[1]) <= reach and not (only_before and c.order[1] >= effect.order[1])
+                    and not (only_after and c.order[1] <= effect.order[1])]
             if near:
                 edges.append((near[0], effect))
     return edges

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from slurm_attrib.engine import assemble, correlate, reconcile, relate
 from slurm_attrib.engine.checks import JudgeContext
-from slurm_attrib.engine.events import Event
+from slurm_attrib.engine.events import OTHER_READING, Event
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
 from slurm_attrib.ingest.gpuids import gpu_identities
 from slurm_attrib.ingest.hangdumps import HangFinding, hang_finding
@@ -471,7 +471,7 @@ def _unhedged_quality(verdict: Verdict, job: JobContext) -> str:
     primary = verdict.primary
     if primary.fallback:
         return "insufficient"
-    if verdict.rivals:
+    if verdict.rivals or OTHER_READING in primary.notes:
         return "ambiguous"
     if verdict.systemic:
         return "likely"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from slurm_attrib.engine.checks import EXPLAINS_CHECKS, JOB_CHECKS, SUPPRESS_CHECKS, JudgeContext, check_problem
-from slurm_attrib.engine.events import Event
+from slurm_attrib.engine.events import OTHER_READING, Event
 from slurm_attrib.errors import RuleError
 from slurm_attrib.ruleset.relations import Effect, EventMatch, Relation, load_relations
 from slurm_attrib.vocab import DOMAIN_OF_CATEGORY
@@ -90,6 +90,8 @@ class _Candidates:
 def _apply(effect: Effect, event: Event, relation: Relation) -> None:
     if effect.role is not None:
         event.role = effect.role
+    if effect.keeps_reading and event.category is not None:
+        event.notes[OTHER_READING] = event.category
     if effect.category is not None:
         event.domain, event.category = DOMAIN_OF_CATEGORY[effect.category], effect.category
     if effect.strength is not None:

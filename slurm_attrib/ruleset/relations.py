@@ -32,7 +32,9 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     promote: {role: cause, category: host_hardware_other, strength: 1}
                                       # the category brings its domain; also `which:` (a matcher:
                                       # the group's first event it holds for is promoted) and
-                                      # `clear:` (notes keys whose reason the promotion ends)
+                                      # `clear:` (notes keys whose reason the promotion ends),
+                                      # `keeps_reading: true` (the event's former reading stands
+                                      # beside the promotion: ambiguous, listed as an alternative)
     note: inferred                    # kept with the text of `says`, which may name {count}, the
     says: '{count} corrected memory-error reports on {node}: a failing DIMM'
                                       # group's fields and the promoted event's fields
@@ -126,6 +128,9 @@ class Effect(Strict):
     strength: int | None = Field(default=None, ge=1, le=3)
     which: EventMatch | None = None  # aggregate: the group's first event this holds for (default: its first)
     clear: list[str] = []  # aggregate: notes keys whose reason the promotion ends (no_culprit)
+    # aggregate: the promotion is one reading of two: the event keeps its former category (notes
+    # `other_reading`), the diagnosis is `ambiguous` and lists that reading as an alternative
+    keeps_reading: bool = False
 
     @field_validator("category")
     @classmethod
@@ -201,7 +206,7 @@ class Relation(Strict):
         if self.kind == "suppress" and not self.check:
             raise ValueError("a suppress relation needs a `check`")
         if self.kind == "suppress" and (self.set.category is not None or self.set.role in ("cause", "marker")
-                                        or self.set.which is not None or self.set.clear):
+                                        or self.set.which is not None or self.set.clear or self.set.keeps_reading):
             raise ValueError("a suppress relation only demotes: `set` takes role symptom or context, and strength")
         if (self.cause_set is not None or self.copies) and self.kind != "explains":
             raise ValueError("only an explains relation has `cause_set` or `copies`")
