@@ -21,7 +21,7 @@ def test_relation(relation, test):
 
 
 def test_the_bundled_relations_cover_each_kind():
-    assert {r.kind for r in RELATIONS} == {"suppress", "aggregate", "explains"}
+    assert {r.kind for r in RELATIONS} == {"suppress", "aggregate", "explains", "origin"}
 
 
 def _relation(**changes) -> dict:
@@ -46,6 +46,9 @@ def test_a_relation_needs_a_case_that_fires_and_one_that_must_not():
     ({"target": {"domain": ["gpus"]}}, "unknown domain"),
     ({"check": {}}, "needs a `check`"),
     ({"set": {"role": "cause"}}, "only demotes"),
+    ({"kind": "origin"}, "needs `notices`"),
+    ({"keeps": [{"trusted": True}]}, "only an origin relation"),
+    ({"kind": "origin", "notices": [{"match": {"type": ["x"]}, "category": "cancel"}]}, "unknown category"),
 ])
 def test_a_malformed_relation_is_refused_with_its_reason(changes, problem):
     with pytest.raises(ValueError, match=problem):
@@ -107,5 +110,17 @@ def test_after_runs_a_suppression_in_a_later_round_and_refuses_a_cycle_or_an_unk
     looped = Relation.model_validate(_relation(id="sup.first", after=["sup.second"]))
     with pytest.raises(RuleError, match="cycle"):
         suppress_rounds((looped, second))
-    with pytest.raises(RuleError, match="no suppress relation"):
+    with pytest.raises(RuleError, match="no suppress or origin relation"):
         suppress_rounds((second,))
+
+
+def test_a_suppression_after_an_origin_runs_once_the_roots_are_ranked():
+    from slurm_attrib.engine.relate import suppress_rounds
+
+    origin = Relation.model_validate(_relation(id="org.first", kind="origin", target=None, set=None, check={},
+                                               notices=[{"match": {"type": ["x"]}, "category": "cancelled"}]))
+    late, later, early = (Relation.model_validate(_relation(id=f"sup.{name}", after=after))
+                          for name, after in (("late", ["org.first"]), ("later", ["sup.late"]), ("early", [])))
+    loaded = (origin, late, later, early)
+    assert [[r.id for r in round_] for round_ in suppress_rounds(loaded)] == [["sup.early"]]
+    assert [[r.id for r in round_] for round_ in suppress_rounds(loaded, after_roots=True)] == [["sup.late"], ["sup.later"]]

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.jobwindow import BEFORE, INSIDE, WINDOW_SLACK_AFTER, WINDOW_SLACK_BEFORE, window_side
+from slurm_attrib.engine.reconcile import SCHEDULER_STATES, SIGTERM, exit_signal, job_state
 from slurm_attrib.ingest.types import JobContext
 
 
@@ -147,12 +148,26 @@ def not_in_own_kernel_log(event: Event, context: JudgeContext) -> str | None:
     return None
 
 
+def job_state_disagrees(event: Event, context: JudgeContext) -> str | None:
+    """Slurm's own job state is authoritative over a scheduler cause read from a banner or notice:
+    a 'CANCELLED' step banner in a FAILED job is teardown, unless the job's exit code says it
+    died of the SIGTERM such a banner announces (engine/reconcile.py SCHEDULER_STATES)."""
+    state = job_state(context.job)
+    agreeing = SCHEDULER_STATES.get(event.category or "")
+    if not state or agreeing is None or state in agreeing:
+        return None
+    if event.category == "cancelled" and state == "FAILED" and exit_signal(context.job) == SIGTERM:
+        return None
+    return f"job state {state} disagrees"
+
+
 SUPPRESS_CHECKS: dict[str, Callable[..., str | None]] = {"outside_job_window": outside_job_window,
                                                          "recovered_before_failure": recovered_before_failure,
                                                          "noted_on_its_node": noted_on_its_node,
                                                          "after_in_same_file": after_in_same_file,
                                                          "before_in_same_file": before_in_same_file,
-                                                         "not_in_own_kernel_log": not_in_own_kernel_log}
+                                                         "not_in_own_kernel_log": not_in_own_kernel_log,
+                                                         "job_state_disagrees": job_state_disagrees}
 
 
 # -- explains --------------------------------------------------------------------------------------
@@ -251,7 +266,7 @@ JOB_CHECKS: dict[str, Callable[[JudgeContext], bool]] = {"job_not_completed": jo
 def check_problem(kind: str, check: dict[str, dict], only_if: list[str]) -> str | None:
     """Why a relation's named checks cannot run (unknown name, a parameter the check does not
     take), or None."""
-    table = {"suppress": SUPPRESS_CHECKS, "explains": EXPLAINS_CHECKS, "aggregate": {}}[kind]
+    table = {"suppress": SUPPRESS_CHECKS, "explains": EXPLAINS_CHECKS, "aggregate": {}, "origin": {}}[kind]
     for name, parameters in check.items():
         if name not in table:
             return f"unknown {kind} check {name!r}; known: {', '.join(sorted(table)) or 'none'}"

@@ -5,12 +5,10 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from slurm_attrib.engine.correlate import SKEW
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.jobwindow import PENDING_AGAIN
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.provenance import supports_verdict
-from slurm_attrib.vocab import DOMAIN_OF_CATEGORY, DRAINABLE_DOMAINS
 
 # Job states that are themselves the origin (Slurm decided, or Slurm saw the node die).
 STATE_CAUSES = {
@@ -85,21 +83,6 @@ def date_node_failures(events: list[Event], last_seen: dict[str, float]) -> None
                 event.time = silent_since
 
 
-def reconcile_with_job_state(events: list[Event], job: JobContext) -> None:
-    """Slurm's own job state is authoritative: a 'CANCELLED' step banner in a FAILED job is teardown,
-    unless the job's exit code says it died of the SIGTERM such a banner announces."""
-    state = job_state(job)
-    if not state:
-        return
-    for event in events:
-        agreeing = SCHEDULER_STATES.get(event.category or "")
-        if event.category == "cancelled" and state == "FAILED" and exit_signal(job) == SIGTERM:
-            continue
-        if event.role == "cause" and agreeing is not None and state not in agreeing:
-            event.role = "symptom"
-            event.notes["job_state"] = f"job state {state} disagrees"
-
-
 def job_state(job: JobContext) -> str | None:
     return job.state.split()[0].upper() if job.state else None
 
@@ -143,77 +126,6 @@ def without_leads_on_read_lines(events: list[Event]) -> list[Event]:
                 best[(event.source, event.line)] = event
     leads = {id(e) for e in best.values()}
     return [e for e in events if not (e.fallback and e.role == "cause") or id(e) in leads]
-
-
-# Notices that a job is being ended from outside or by its own plan.  When nothing failed before
-# one, it is the origin (as `likely`: only Slurm's own state or banner confirms a scheduler end):
-# torchrun's agent told to stop, srun tearing down a step, a requeue, a framework's preemption or
-# planned-duration notice (rules/termination.yaml, whose events carry their scheduler category).
-NOTICE_CATEGORY = {"agent_signal": "cancelled", "step_aborted": "cancelled", "srun_forced_termination": "cancelled"}
-REQUEUE_MESSAGES = {"JOB REQUEUE"}
-STOP_SIGNALS = {"SIGTERM", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT", "15", "2", "3"}
-# Slurm never sends SIGHUP: a launcher that got it lost its terminal (an ssh session closed
-# without nohup/tmux), which killed the job from outside the scheduler.
-HANGUP_SIGNALS = {"SIGHUP", "1"}
-
-
-def termination_category(event: Event) -> str | None:
-    """The scheduler category a termination notice stands for, or None when it is none."""
-    if event.type == "termination_notice":
-        return event.category
-    if event.type == "slurm_step_end" and event.fields.get("msg") in REQUEUE_MESSAGES:
-        return "preempted"
-    if event.type == "agent_signal":
-        signal = str(event.fields.get("signal", "SIGTERM")).upper()
-        if signal in HANGUP_SIGNALS:
-            return "app_killed_signal"
-        if signal not in STOP_SIGNALS:
-            return None
-    return NOTICE_CATEGORY.get(event.type)
-
-
-def termination_as_origin(events: list[Event]) -> None:
-    """A termination that nothing failed before is the origin; what the job printed after it is teardown."""
-    notices = [e for e in events if e.role in ("symptom", "cause") and termination_category(e)]
-    if not notices:
-        return
-    first = _reason_given(min(notices, key=lambda e: (e.time if e.time is not None else float("inf"), e.order)), notices)
-    causes = [e for e in events if e.role == "cause" and e is not first]
-    if any(e.domain == "scheduler" or _maybe_before(e, first) for e in causes):
-        return  # Slurm's own banner or state decides, or something failed first
-    category = termination_category(first)
-    first.role, first.domain, first.category = "cause", DOMAIN_OF_CATEGORY[category], category
-    first.notes["termination"] = "nothing failed before this notice: the job was ended from outside or by plan"
-    if category == "app_killed_signal":
-        first.notes["hint"] = "SIGHUP: the launcher's terminal went away; run it under sbatch, nohup or tmux"
-    for event in events:
-        if event.role == "cause" and event is not first and not (event.trusted and event.domain in DRAINABLE_DOMAINS):
-            event.role, event.explained_by = "symptom", first
-
-
-# Notices that say why the job is ended (a Slurm banner `DUE TO JOB REQUEUE`, a framework's
-# preemption or time-budget notice), unlike srun's or a launcher's bare report that it was.
-REASON_NOTICE_TYPES = {"termination_notice", "slurm_step_end"}
-
-
-def _reason_given(first: Event, notices: list[Event]) -> Event:
-    """A notice printed at the same time as the first one that says why the job was ended wins
-    over it: srun's `Job step aborted` printed just before `*** JOB ... CANCELLED ... DUE TO JOB
-    REQUEUE ***` is the same ending, and the banner gives its reason."""
-    if first.type in REASON_NOTICE_TYPES:
-        return first
-    same_time = [e for e in notices if e.type in REASON_NOTICE_TYPES and e.order[0] == first.order[0]
-                 and (e.time is None or first.time is None or abs(e.time - first.time) <= SKEW)]
-    return min(same_time, key=lambda e: e.order) if same_time else first
-
-
-def _maybe_before(event: Event, notice: Event) -> bool:
-    """Whether an event may have come before the notice (unknown order counts as maybe)."""
-    if event.order[0] == notice.order[0] and (event.time is None or notice.time is None or event.time_inherited):
-        return event.order < notice.order
-    if event.time is None or notice.time is None:
-        return True
-    return event.time < notice.time + (0.0 if event.time_inherited or notice.time_inherited else SKEW)
 
 
 # A collective among the first few of a process group: the ranks have barely started working together.

@@ -5,6 +5,9 @@
 2. aggregate: groups that reach a count promote their first event (read after suppression);
    last-resort aggregates run apart, once the rest of the judgement found no cause.
 3. explains: edges from causes to effects; an effect with an edge is its cause's symptom.
+4. rank the roots: an origin relation makes the first termination notice the origin when no
+   other cause may have come before it, and the causes after it its symptoms; then the suppress
+   relations `after` it (Slurm's job state overrules what it promoted).
 
 Within a stratum (a round) every relation reads the events as they entered it, and the changes apply after
 all have been read: the order of relations does not change the result (tests/test_relations.py
@@ -23,9 +26,10 @@ from pathlib import Path
 from typing import Callable
 
 from slurm_attrib.engine.checks import EXPLAINS_CHECKS, JOB_CHECKS, SUPPRESS_CHECKS, JudgeContext, check_problem
+from slurm_attrib.engine.correlate import SKEW
 from slurm_attrib.engine.events import OTHER_READING, Event
 from slurm_attrib.errors import RuleError
-from slurm_attrib.ruleset.relations import Effect, EventMatch, Relation, load_relations
+from slurm_attrib.ruleset.relations import Effect, EventMatch, Reading, Relation, load_relations
 from slurm_attrib.vocab import DOMAIN_OF_CATEGORY
 
 
@@ -37,7 +41,8 @@ def relations(rule_dirs: tuple[Path, ...] = ()) -> tuple[Relation, ...]:
         problem = check_problem(relation.kind, relation.check, relation.only_if)
         if problem:
             raise RuleError(f"relation {relation.id}: {problem}")
-    suppress_rounds(loaded)  # `after` names known suppress relations, without a cycle
+    suppress_rounds(loaded)  # `after` names known suppress or origin relations, without a cycle
+    suppress_rounds(loaded, after_roots=True)
     return loaded
 
 
@@ -105,8 +110,12 @@ def suppress(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, 
     """In rounds: a relation runs in the round after those it is `after`.  Within a round every
     relation reads the events as they entered it, and the demotions apply after all have been
     read, so their order does not matter."""
+    _suppress_in_rounds(events, context, suppress_rounds(relations(rule_dirs)))
+
+
+def _suppress_in_rounds(events: list[Event], context: JudgeContext, rounds: list[list[Relation]]) -> None:
     candidates = _Candidates(events)
-    for round_ in suppress_rounds(relations(rule_dirs)):
+    for round_ in rounds:
         context.memo.clear()  # what the checks computed over the events held for the last round
         decisions = []
         for relation in round_:
@@ -123,10 +132,21 @@ def suppress(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, 
     context.memo.clear()
 
 
-def suppress_rounds(loaded: tuple[Relation, ...]) -> list[list[Relation]]:
+def suppress_rounds(loaded: tuple[Relation, ...], after_roots: bool = False) -> list[list[Relation]]:
     """The suppress relations by round: 0 for one after none, else one more than the latest of those
-    it is after (each known, a suppress relation, no cycle: checked when the relations load)."""
-    by_id = {r.id: r for r in loaded if r.kind == "suppress"}
+    it is after (each known, a suppress or origin relation, no cycle: checked when the relations load).
+    after_roots: those after an origin relation instead (and after those), which run once the
+    roots are ranked."""
+    origins = {r.id for r in loaded if r.kind == "origin"}
+    suppressions = [r for r in loaded if r.kind == "suppress"]
+    late: set[str] = set()
+    while True:  # after an origin, or after a suppression that is
+        more = {r.id for r in suppressions if r.id not in late and set(r.after) & (origins | late)}
+        if not more:
+            break
+        late |= more
+    by_id = {r.id: r for r in suppressions if (r.id in late) == after_roots}
+    known = origins | {r.id for r in suppressions}
     level: dict[str, int] = {}
 
     def level_of(relation: Relation, seen: tuple[str, ...] = ()) -> int:
@@ -134,15 +154,77 @@ def suppress_rounds(loaded: tuple[Relation, ...]) -> list[list[Relation]]:
             raise RuleError(f"relation {relation.id}: `after` makes a cycle ({' -> '.join(seen + (relation.id,))})")
         if relation.id not in level:
             for other in relation.after:
-                if other not in by_id:
-                    raise RuleError(f"relation {relation.id}: `after` names {other!r}, no suppress relation")
-            level[relation.id] = 1 + max((level_of(by_id[o], seen + (relation.id,)) for o in relation.after), default=-1)
+                if other not in known:
+                    raise RuleError(f"relation {relation.id}: `after` names {other!r}, no suppress or origin relation")
+            level[relation.id] = 1 + max((level_of(by_id[o], seen + (relation.id,)) for o in relation.after if o in by_id),
+                                         default=-1)
         return level[relation.id]
 
     rounds: dict[int, list[Relation]] = defaultdict(list)
     for relation in by_id.values():
         rounds[level_of(relation)].append(relation)
     return [rounds[k] for k in sorted(rounds)]
+
+
+def rank_roots(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = ()) -> None:
+    """The origin relations, each reading the events as they entered the stratum, then the
+    suppress relations after them."""
+    loaded = relations(rule_dirs)
+    origins = [_origin(r, events) for r in loaded if r.kind == "origin"]
+    for relation, first, category, demoted in (o for o in origins if o is not None):
+        first.role, first.domain, first.category = "cause", DOMAIN_OF_CATEGORY[category], category
+        first.notes[relation.note] = relation.says
+        if category in relation.hints:
+            first.notes["hint"] = relation.hints[category]
+        first.decided_by.append(relation.id)
+        for event in demoted:
+            event.role, event.explained_by = "symptom", first
+            event.decided_by.append(relation.id)
+    _suppress_in_rounds(events, context, suppress_rounds(loaded, after_roots=True))
+    context.memo.clear()
+
+
+def _origin(relation: Relation, events: list[Event]) -> tuple[Relation, Event, str, list[Event]] | None:
+    """The first notice (one saying why preferred at its time), its category and the causes it
+    explains; None when another cause `unless` holds for, or one that may have come before it."""
+    notices = [(e, c) for e in events for c in [_reading(relation.notices, e)] if c is not None]
+    if not notices:
+        return None
+    first = min(notices, key=lambda notice: notice[0].sort_key)
+    first = _preferred(relation.prefer, first, notices)
+    causes = [e for e in events if e.role == "cause" and e is not first[0]]
+    if any((relation.unless is not None and matches(relation.unless, e)) or _maybe_before(e, first[0]) for e in causes):
+        return None
+    demoted = [e for e in causes if not any(matches(kept, e) for kept in relation.keeps)]
+    return relation, first[0], first[1], demoted
+
+
+def _reading(readings: list[Reading], event: Event) -> str | None:
+    for reading in readings:
+        if matches(reading.match, event):
+            return reading.category or event.category
+    return None
+
+
+def _preferred(prefer: EventMatch | None, first: tuple[Event, str], notices: list[tuple[Event, str]]) -> tuple[Event, str]:
+    """A notice `prefer` holds for, printed at the first one's time in its file, wins over it: srun's
+    `Job step aborted` printed just before `*** JOB ... CANCELLED ... DUE TO JOB REQUEUE ***` is
+    the same ending, and the banner gives its reason."""
+    event = first[0]
+    if prefer is None or matches(prefer, event):
+        return first
+    same_time = [n for n in notices if matches(prefer, n[0]) and n[0].order[0] == event.order[0]
+                 and (n[0].time is None or event.time is None or abs(n[0].time - event.time) <= SKEW)]
+    return min(same_time, key=lambda n: n[0].order) if same_time else first
+
+
+def _maybe_before(event: Event, notice: Event) -> bool:
+    """Whether an event may have come before the notice (unknown order counts as maybe)."""
+    if event.order[0] == notice.order[0] and (event.time is None or notice.time is None or event.time_inherited):
+        return event.order < notice.order
+    if event.time is None or notice.time is None:
+        return True
+    return event.time < notice.time + (0.0 if event.time_inherited or notice.time_inherited else SKEW)
 
 
 DEMOTION = ("context", "symptom", "cause")  # weakest first

@@ -1,10 +1,10 @@
 """The second kind of rule: relations between events, the judgement's decisions as data.
 
-An event rule turns a line into an event; a relation decides what events mean together.  Three
+An event rule turns a line into an event; a relation decides what events mean together.  Four
 kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
 
-    id: sup.outside_job_window        # dotted, immutable: sup. / agg. / rel.
-    kind: suppress                    # suppress | aggregate | explains
+    id: sup.outside_job_window        # dotted, immutable: sup. / agg. / rel. / org.
+    kind: suppress                    # suppress | aggregate | explains | origin
     description: ...
     status: stable
     references: [https://...]
@@ -15,7 +15,8 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     note: outside_window              # the notes key the check's reason is kept under
     says: after the job completed     # optional: the reason kept, instead of the check's own
     after: [sup.recovered_storage_outage]  # optional: suppressions whose notes this one reads;
-                                      # it reads the events once they applied (a later round)
+                                      # it reads the events once they applied (a later round);
+                                      # after an origin relation: once the roots are ranked
     # aggregate: groups of events that together mean more than each (a count that promotes)
     events: {type: [host_memory_ce], role: [context], not_noted: [outside_window]}
                                       # matcher keys: rule, type, not_type, role, domain, category,
@@ -55,13 +56,25 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     copies: [what, jobid, step, at]   # optional: the edge also reaches every event of the effect's
                                       # type with the same values of these fields (the same line
                                       # copied into another log: slurmstepd's banner in slurmd.log)
+    # origin (rank the roots): the first notice is the origin when no other cause may precede it
+    notices:                          # which events are notices; the first reading that holds
+      - {match: {type: [agent_signal], fields: {signal: [SIGHUP]}}, category: app_killed_signal}
+      - {match: {type: [termination_notice]}}   # no category: the event's own
+    prefer: {type: [termination_notice]}  # at the first notice's time (its file, SKEW), one this
+                                      # holds for wins (it says why the job was ended)
+    unless: {domain: [scheduler]}     # another cause this holds for: no origin (it decides)
+    keeps: [{trusted: true, domain: [gpu, network, host]}]  # causes the origin leaves alone; every
+                                      # other cause becomes its symptom (explained_by the origin)
+    hints: {app_killed_signal: ...}   # category of the origin: its notes' `hint`
+    note: termination                 # with `says`, on the origin
     tests:                            # input lines and what the relation decided (see below)
       - name: ...
         input: {gpu03/dmesg.txt: '...'}
         expect: {decided: ['gpu.xid@gpu03']}   # rule@node of each event it changed; [] = never fires
 
-The evaluator (engine/relate.py) runs them in strata: suppress, then aggregate, then explains
-(last-resort aggregates once the rest of the judgement found no cause); within a kind the order
+The evaluator (engine/relate.py) runs them in strata: suppress, then aggregate, then explains,
+then origin and the suppressions after it (last-resort aggregates once the rest of the judgement
+found no cause); within a kind the order
 of relations does not change the result: every relation reads the events as they entered its
 stratum, and the changes apply after all have been read (an effect two edges reach is explained by
 the earlier cause).  Every
@@ -150,6 +163,20 @@ class CauseSet(Strict):
     strength_from: Literal["effect"] | None = None  # the cause takes its effect's strength when higher
 
 
+class Reading(Strict):
+    """origin: which events are termination notices, and the category each stands for."""
+
+    match: EventMatch
+    category: str | None = None  # null: the event's own category (none: no notice)
+
+    @field_validator("category")
+    @classmethod
+    def _known_category(cls, value: str | None) -> str | None:
+        if value is not None and value not in DOMAIN_OF_CATEGORY:
+            raise ValueError(f"unknown category {value!r}")
+        return value
+
+
 class RelationTest(Strict):
     name: str
     job: dict[str, Any] = {}  # job.json fields over the default (FAILED, 13:00-13:30 UTC, gpu01-04)
@@ -158,8 +185,8 @@ class RelationTest(Strict):
 
 
 class Relation(Strict):
-    id: str = Field(pattern=r"^(sup|agg|rel)\.[a-z0-9_]+$")
-    kind: Literal["suppress", "aggregate", "explains"]
+    id: str = Field(pattern=r"^(sup|agg|rel|org)\.[a-z0-9_]+$")
+    kind: Literal["suppress", "aggregate", "explains", "origin"]
     description: str
     status: Literal["stable", "test", "experimental"] = "stable"
     references: list[str] = Field(min_length=1)
@@ -188,6 +215,13 @@ class Relation(Strict):
     # the edge also reaches every event of the effect's type with the same values of these fields
     # (the same line copied into another log, e.g. slurmstepd's banner in the slurmd log)
     copies: list[str] = []
+    # origin: the notices (first reading that holds), the one preferred at the first's time, the
+    # causes that leave the order to the rest of the judgement, the causes the origin leaves alone
+    notices: list[Reading] = []
+    prefer: EventMatch | None = None
+    unless: EventMatch | None = None
+    keeps: list[EventMatch] = []
+    hints: dict[str, str] = {}  # category of the origin: the hint noted with it
     # suppress: relations whose decisions this one reads (their notes); it runs once they applied
     after: list[str] = []
     # suppress and explains: one named check and its parameters
@@ -197,9 +231,10 @@ class Relation(Strict):
 
     @model_validator(mode="after")
     def _parts_fit_the_kind(self) -> "Relation":
-        wanted = {"suppress": ("target", "set"), "aggregate": ("events", "promote"), "explains": ("cause", "effect")}
+        wanted = {"suppress": ("target", "set"), "aggregate": ("events", "promote"), "explains": ("cause", "effect"),
+                  "origin": ("notices",)}
         for part in wanted[self.kind]:
-            if getattr(self, part) is None:
+            if not getattr(self, part):
                 raise ValueError(f"a {self.kind} relation needs `{part}`")
         if len(self.check) > 1:
             raise ValueError("one named check per relation")
@@ -212,7 +247,9 @@ class Relation(Strict):
             raise ValueError("only an explains relation has `cause_set` or `copies`")
         if self.after and self.kind != "suppress":
             raise ValueError("only a suppress relation runs `after` others")
-        if self.kind in ("suppress", "aggregate") and not self.note:
+        if (self.notices or self.prefer or self.unless or self.keeps or self.hints) and self.kind != "origin":
+            raise ValueError("only an origin relation has `notices`, `prefer`, `unless`, `keeps` or `hints`")
+        if self.kind in ("suppress", "aggregate", "origin") and not self.note:
             raise ValueError(f"a {self.kind} relation names the `note` key its reason is kept under")
         if not any(not t.expect["decided"] for t in self.tests) or not any(t.expect["decided"] for t in self.tests):
             raise ValueError("tests need one case where the relation decides and one where it must not")
