@@ -85,9 +85,9 @@ explain` show.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from slurm_attrib.errors import RuleError
 from slurm_attrib.paths import bundled_dir
@@ -102,6 +102,13 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _known_category(value: str | None) -> str | None:
+    if value is not None and value not in DOMAIN_OF_CATEGORY:
+        raise ValueError(f"unknown category {value!r}")
+    return value
+
+
+KnownCategory = Annotated[str | None, AfterValidator(_known_category)]
 KNOWN_VALUES = {"domain": CATEGORIES_BY_DOMAIN, "category": DOMAIN_OF_CATEGORY, "kind": SOURCE_KINDS}
 
 
@@ -137,20 +144,13 @@ class EventMatch(Strict):
 
 class Effect(Strict):
     role: Literal["cause", "symptom", "context", "marker"] | None = None
-    category: str | None = None  # its domain comes with it
+    category: KnownCategory = None  # its domain comes with it
     strength: int | None = Field(default=None, ge=1, le=3)
     which: EventMatch | None = None  # aggregate: the group's first event this holds for (default: its first)
     clear: list[str] = []  # aggregate: notes keys whose reason the promotion ends (no_culprit)
     # aggregate: the promotion is one reading of two: the event keeps its former category (notes
     # `other_reading`), the diagnosis is `ambiguous` and lists that reading as an alternative
     keeps_reading: bool = False
-
-    @field_validator("category")
-    @classmethod
-    def _known_category(cls, value: str | None) -> str | None:
-        if value is not None and value not in DOMAIN_OF_CATEGORY:
-            raise ValueError(f"unknown category {value!r}")
-        return value
 
 
 class CauseSet(Strict):
@@ -167,14 +167,7 @@ class Reading(Strict):
     """origin: which events are termination notices, and the category each stands for."""
 
     match: EventMatch
-    category: str | None = None  # null: the event's own category (none: no notice)
-
-    @field_validator("category")
-    @classmethod
-    def _known_category(cls, value: str | None) -> str | None:
-        if value is not None and value not in DOMAIN_OF_CATEGORY:
-            raise ValueError(f"unknown category {value!r}")
-        return value
+    category: KnownCategory = None  # null: the event's own category (none: no notice)
 
 
 class RelationTest(Strict):
