@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,3 +41,12 @@ def write_hook_wrapper(d: Path, name: str, python: str | Path, pythonpath: str =
 
 def write_slurm_env(d: Path, cluster) -> None:
     (d / "slurm-env").write_text(f"SLURM_CONF={cluster.conf}\nexport SLURM_CONF\n")
+
+
+def site_on(cluster, d: Path):
+    """The body of a module's `site` fixture: (cluster, d) with d's Slurm environment written;
+    d removed afterwards unless SATTRIB_KEEP_TESTCLUSTER is set."""
+    write_slurm_env(d, cluster)
+    yield cluster, d
+    if not os.environ.get("SATTRIB_KEEP_TESTCLUSTER"):
+        shutil.rmtree(d, ignore_errors=True)

@@ -8,9 +8,7 @@ shell wrapper itself, and the job's owner must read "analysis failed", not "pend
 from __future__ import annotations
 
 import json
-import os
 import pwd
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurmuser_site import write_hook_wrapper, write_site_config, write_slurm_env
+from slurmuser_site import site_on, write_hook_wrapper, write_site_config
 
 pytestmark = pytest.mark.slurm
 
@@ -50,11 +48,7 @@ def slurm_cluster_config():
 
 @pytest.fixture(scope="module")
 def site(slurm_cluster):
-    d = _workdir()
-    write_slurm_env(d, slurm_cluster)
-    yield slurm_cluster, d
-    if not os.environ.get("SATTRIB_KEEP_TESTCLUSTER"):
-        shutil.rmtree(d, ignore_errors=True)
+    yield from site_on(slurm_cluster, _workdir())
 
 
 def _sattrib(cluster, d: Path, *args: str, user: str | None = None, python: str = sys.executable):

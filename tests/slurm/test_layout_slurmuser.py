@@ -19,7 +19,6 @@ import functools
 import json
 import os
 import pwd
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurmuser_site import write_hook_wrapper, write_site_config, write_slurm_env
+from slurmuser_site import site_on, write_hook_wrapper, write_site_config
 
 pytestmark = pytest.mark.slurm
 
@@ -78,11 +77,7 @@ def slurm_cluster_config():
 
 @pytest.fixture(scope="module")
 def site(slurm_cluster):
-    d = _workdir()
-    write_slurm_env(d, slurm_cluster)
-    yield slurm_cluster, d
-    if not os.environ.get("SATTRIB_KEEP_TESTCLUSTER"):
-        shutil.rmtree(d, ignore_errors=True)
+    yield from site_on(slurm_cluster, _workdir())
 
 
 def _as(user: str, cluster, d: Path, *argv: str) -> subprocess.CompletedProcess:
