@@ -6,6 +6,8 @@ by name (checked when the relations load) and is tested through the relations th
 
 - suppress checks: (event, JudgeContext, **parameters) -> the reason (a short text) or None
 - explains checks: (ordered events of one scope, the relation's matchers, **parameters) -> [(cause, effect)]
+- aggregate checks: (one group's events, **parameters) -> None (the group promotes nothing) or
+  (the events it may promote, values its `says` may name)
 - job checks (`only_if`): (JudgeContext) -> bool
 """
 
@@ -243,6 +245,41 @@ EXPLAINS_CHECKS: dict[str, Callable[..., list[tuple[Event, Event]]]] = {"same_bu
                                                                         "near_in_time": near_in_time}
 
 
+# -- aggregate -------------------------------------------------------------------------------------
+
+def values_differ(members: list[Event], field: str) -> tuple[list[Event], dict] | None:
+    """The group's events carry at least two values of `field` (compared case-blind): `each` names
+    the ranks of each value ('ALLREDUCE on rank(s) 0, 1; BROADCAST on rank(s) 5')."""
+    by_value: dict[str, list[Event]] = defaultdict(list)
+    for event in members:
+        by_value[str(event.fields[field]).upper()].append(event)
+    if len(by_value) < 2:
+        return None
+    each = "; ".join(f"{value} on rank(s) {', '.join(str(e.rank) for e in group if e.rank is not None) or '?'}"
+                     for value, group in sorted(by_value.items()))
+    return members, {"each": each}
+
+
+def repeated_ranks(members: list[Event], size: str = "world") -> tuple[list[Event], dict] | None:
+    """A global rank joined more than once while fewer distinct ranks joined than the job's size
+    (the largest value of `size`): too many tasks for what the trainer expects.  A restart repeats
+    every rank, so it does not hold.  The events of the repeated ranks may be promoted."""
+    ranked = [e for e in members if e.rank is not None and e.fields.get(size)]
+    if not ranked:
+        return None
+    world = max(e.fields[size] for e in ranked)
+    seen = Counter(e.rank for e in ranked)
+    repeated = sorted(rank for rank, count in seen.items() if count > 1)
+    if not repeated or len(seen) >= world:
+        return None
+    return [e for e in ranked if e.rank in repeated], {"repeated": ", ".join(map(str, repeated)), "joined": len(seen),
+                                                       "world": world}
+
+
+AGGREGATE_CHECKS: dict[str, Callable[..., tuple[list[Event], dict] | None]] = {"values_differ": values_differ,
+                                                                                "repeated_ranks": repeated_ranks}
+
+
 # -- the job as a whole ----------------------------------------------------------------------------
 
 def job_not_completed(context: JudgeContext) -> bool:
@@ -259,18 +296,27 @@ def no_collective_timeout(context: JudgeContext) -> bool:
     return not any(e.type in HANG_TYPES and e.role != "context" for e in context.events)
 
 
+COMPLETION_MARKERS = ("job_progress_done", "program_exit")  # the job said it finished
+
+
+def no_completion_marker(context: JudgeContext) -> bool:
+    """The program never said it finished (progress done, a normal exit)."""
+    return not any(e.type in COMPLETION_MARKERS for e in context.events)
+
+
 JOB_CHECKS: dict[str, Callable[[JudgeContext], bool]] = {"job_not_completed": job_not_completed,
-                                                         "no_collective_timeout": no_collective_timeout}
+                                                         "no_collective_timeout": no_collective_timeout,
+                                                         "no_completion_marker": no_completion_marker}
 
 
 def check_problem(kind: str, check: dict[str, dict], only_if: list[str]) -> str | None:
     """Why a relation's named checks cannot run (unknown name, a parameter the check does not
     take), or None."""
-    table = {"suppress": SUPPRESS_CHECKS, "explains": EXPLAINS_CHECKS, "aggregate": {}, "origin": {}}[kind]
+    table = {"suppress": SUPPRESS_CHECKS, "explains": EXPLAINS_CHECKS, "aggregate": AGGREGATE_CHECKS, "origin": {}}[kind]
     for name, parameters in check.items():
         if name not in table:
             return f"unknown {kind} check {name!r}; known: {', '.join(sorted(table)) or 'none'}"
-        accepted = set(list(inspect.signature(table[name]).parameters)[3 if kind == "explains" else 2:])
+        accepted = set(list(inspect.signature(table[name]).parameters)[{"explains": 3, "aggregate": 1}.get(kind, 2):])
         extra = sorted(set(parameters) - accepted)
         if extra:
             return f"check {name!r} takes no parameter(s) {extra}; it takes {sorted(accepted) or 'none'}"
