@@ -43,11 +43,10 @@ def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_
     events = reconcile.without_leads_on_read_lines(events) + reconcile.job_state_events(evidence)
     reconcile.date_node_failures(events, last_seen)
     context = JudgeContext(job, events, kernel_logged=frozenset(
-        f.node for f in evidence.files if f.provenance is Provenance.KERNEL and f.node))
+        f.node for f in evidence.files if f.provenance is Provenance.KERNEL and f.node), evidence=evidence)
     relate.suppress(events, context, rule_dirs)
     relate.aggregate(events, context, rule_dirs)
     relate.explain(events, context, rule_dirs)
-    reconcile.setup_phase_timeouts(events, evidence)
     relate.rank_roots(events, context, rule_dirs)
     verdict = _judge(events, evidence, last_seen, context, rule_dirs)
     drains = _drains(verdict, job)

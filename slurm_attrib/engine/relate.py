@@ -252,7 +252,7 @@ def aggregate(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path,
         if (relation.kind != "aggregate" or relation.last_resort != last_resort
                 or not all(JOB_CHECKS[name](context) for name in relation.only_if)):
             continue
-        promotions += _promotions(relation, candidates.of(relation.events))
+        promotions += _promotions(relation, candidates.of(relation.events), context)
     for relation, first, says in promotions:
         _apply(relation.promote, first, relation)
         first.notes[relation.note] = says
@@ -270,7 +270,7 @@ def last_resort_causes(events: list[Event], context: JudgeContext, rule_dirs: tu
     return []
 
 
-def _promotions(relation: Relation, events: list[Event]) -> list[tuple[Relation, Event, str]]:
+def _promotions(relation: Relation, events: list[Event], context: JudgeContext) -> list[tuple[Relation, Event, str]]:
     groups: dict[tuple, list[Event]] = defaultdict(list)
     for event in events:
         if matches(relation.events, event):
@@ -286,7 +286,7 @@ def _promotions(relation: Relation, events: list[Event]) -> list[tuple[Relation,
         checked: dict = {}
         if relation.check:
             (name, parameters), = relation.check.items()
-            held = AGGREGATE_CHECKS[name](members, **parameters)
+            held = AGGREGATE_CHECKS[name](members, context, **parameters)
             if held is None:
                 continue
             members, checked = held
