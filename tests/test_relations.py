@@ -48,6 +48,7 @@ def test_a_relation_needs_a_case_that_fires_and_one_that_must_not():
     ({"set": {"role": "cause"}}, "only demotes"),
     ({"kind": "origin"}, "needs `notices`"),
     ({"keeps": [{"trusted": True}]}, "only an origin relation"),
+    ({"last_resort": True}, "valid integer"),  # a tier, not a flag: the tiers' order is explicit
     ({"kind": "origin", "notices": [{"match": {"type": ["x"]}, "category": "cancel"}]}, "unknown category"),
 ])
 def test_a_malformed_relation_is_refused_with_its_reason(changes, problem):
@@ -60,6 +61,8 @@ def test_a_check_is_known_and_takes_only_its_own_parameters():
     assert "unknown suppress check" in check_problem("suppress", {"no_such_check": {}}, [])
     assert "takes no parameter" in check_problem("suppress", {"outside_job_window": {"silence": 3}}, [])
     assert "unknown job check" in check_problem("aggregate", {}, ["job_is_happy"])
+    assert check_problem("aggregate", {"values_differ": {"field": "op"}}, []) is None
+    assert "takes no parameter" in check_problem("aggregate", {"repeated_ranks": {"field": "op"}}, [])
 
 
 def test_explain_prints_the_cause_and_the_relations_that_decided(tmp_path):

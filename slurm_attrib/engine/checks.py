@@ -6,6 +6,8 @@ by name (checked when the relations load) and is tested through the relations th
 
 - suppress checks: (event, JudgeContext, **parameters) -> the reason (a short text) or None
 - explains checks: (ordered events of one scope, the relation's matchers, **parameters) -> [(cause, effect)]
+- aggregate checks: (one group's events, JudgeContext, **parameters) -> None (the group promotes nothing) or
+  (the events it may promote, values its `says` may name)
 - job checks (`only_if`): (JudgeContext) -> bool
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import inspect
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -20,7 +23,7 @@ from typing import Any, Callable
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.jobwindow import BEFORE, INSIDE, WINDOW_SLACK_AFTER, WINDOW_SLACK_BEFORE, window_side
 from slurm_attrib.engine.reconcile import SCHEDULER_STATES, SIGTERM, exit_signal, job_state
-from slurm_attrib.ingest.types import JobContext
+from slurm_attrib.ingest.types import Evidence, JobContext
 
 
 @dataclass
@@ -29,6 +32,7 @@ class JudgeContext:
     events: list[Event]
     memo: dict[tuple, Any] = field(default_factory=dict)  # what a check computes once over all events
     kernel_logged: frozenset[str] = frozenset()  # nodes whose own kernel log or syslog is in the evidence
+    evidence: Evidence | None = None  # the files, for a check that reads lines around an event
 
     def once(self, key: tuple, compute: Callable[[], Any]) -> Any:
         if key not in self.memo:
@@ -243,6 +247,78 @@ EXPLAINS_CHECKS: dict[str, Callable[..., list[tuple[Event, Event]]]] = {"same_bu
                                                                         "near_in_time": near_in_time}
 
 
+# -- aggregate -------------------------------------------------------------------------------------
+
+def values_differ(members: list[Event], context: JudgeContext, field: str) -> tuple[list[Event], dict] | None:
+    """The group's events carry at least two values of `field` (compared case-blind): `each` names
+    the ranks of each value ('ALLREDUCE on rank(s) 0, 1; BROADCAST on rank(s) 5')."""
+    by_value: dict[str, list[Event]] = defaultdict(list)
+    for event in members:
+        by_value[str(event.fields[field]).upper()].append(event)
+    if len(by_value) < 2:
+        return None
+    each = "; ".join(f"{value} on rank(s) {', '.join(str(e.rank) for e in group if e.rank is not None) or '?'}"
+                     for value, group in sorted(by_value.items()))
+    return members, {"each": each}
+
+
+def repeated_ranks(members: list[Event], context: JudgeContext, size: str = "world") -> tuple[list[Event], dict] | None:
+    """A global rank joined more than once while fewer distinct ranks joined than the job's size
+    (the largest value of `size`): too many tasks for what the trainer expects.  A restart repeats
+    every rank, so it does not hold.  The events of the repeated ranks may be promoted."""
+    ranked = [e for e in members if e.rank is not None and e.fields.get(size)]
+    if not ranked:
+        return None
+    world = max(e.fields[size] for e in ranked)
+    seen = Counter(e.rank for e in ranked)
+    repeated = sorted(rank for rank, count in seen.items() if count > 1)
+    if not repeated or len(seen) >= world:
+        return None
+    return [e for e in ranked if e.rank in repeated], {"repeated": ", ".join(map(str, repeated)), "joined": len(seen),
+                                                       "world": world}
+
+
+def waiting_for_rank_zero(members: list[Event], context: JudgeContext, max_seq: int, reach: int,
+                          max_bytes: int) -> tuple[list[Event], dict] | None:
+    """Ranks that timed out in one of their first collectives (sequence number at most `max_seq`)
+    while rank 0 reports no timeout, and a progress bar short of 100 % within `reach` lines of one
+    of them (files up to `max_bytes`, each read once): rank 0 was still setting up.  `ranks` and
+    `seq` name them."""
+    ranked = [e for e in members if e.rank is not None]
+    early = [e for e in ranked if isinstance(e.fields.get("seq"), int) and e.fields["seq"] <= max_seq]
+    if not early or len(early) != len(ranked) or any(e.rank == 0 for e in ranked):
+        return None
+    if context.evidence is None or not _progress_nearby(context.evidence, early, reach, max_bytes):
+        return None  # no sign that rank 0 was still working: a hang at the first collective
+    first = min(early, key=lambda e: e.sort_key)
+    return early, {"ranks": ", ".join(str(r) for r in sorted({e.rank for e in early})), "seq": first.fields["seq"]}
+
+
+# A tqdm progress bar still counting (`Running tokenizer on dataset:   9%|███| 280000/2969526 [29:55<...`).
+PROGRESS_BAR = re.compile(rb"\b\d{1,2}%\|[^|\n]*\| *\d+/\d+ \[\d")
+
+
+def _progress_nearby(evidence: Evidence, events: list[Event], reach: int, max_bytes: int) -> bool:
+    by_source: dict[str, list[Event]] = defaultdict(list)
+    for event in events:
+        by_source[event.source].append(event)
+    for source in evidence.files:
+        near = by_source.get(source.rel)
+        if not near or source.content_size() > max_bytes:
+            continue
+        lines = source.read_all().split(b"\n")
+        for event in near:
+            at = event.line - (source.line_offset or 0) - 1
+            if any(PROGRESS_BAR.search(line) for line in lines[max(0, at - reach): at + reach + 1]):
+                return True
+    return False
+
+
+AGGREGATE_CHECKS: dict[str, Callable[..., tuple[list[Event], dict] | None]] = {"values_differ": values_differ,
+                                                                                "repeated_ranks": repeated_ranks,
+                                                                                "waiting_for_rank_zero": waiting_for_rank_zero}
+
+
 # -- the job as a whole ----------------------------------------------------------------------------
 
 def job_not_completed(context: JudgeContext) -> bool:
@@ -259,14 +335,29 @@ def no_collective_timeout(context: JudgeContext) -> bool:
     return not any(e.type in HANG_TYPES and e.role != "context" for e in context.events)
 
 
+COMPLETION_MARKERS = ("job_progress_done", "program_exit")  # the job said it finished
+
+
+def no_completion_marker(context: JudgeContext) -> bool:
+    """The program never said it finished (progress done, a normal exit)."""
+    return not any(e.type in COMPLETION_MARKERS for e in context.events)
+
+
+def no_cause_but_the_scheduler(context: JudgeContext) -> bool:
+    """Nothing failed: no event is a cause but the scheduler's end (a cancel, a time limit)."""
+    return not any(e.role == "cause" and e.domain != "scheduler" for e in context.events)
+
+
 JOB_CHECKS: dict[str, Callable[[JudgeContext], bool]] = {"job_not_completed": job_not_completed,
-                                                         "no_collective_timeout": no_collective_timeout}
+                                                         "no_cause_but_the_scheduler": no_cause_but_the_scheduler,
+                                                         "no_collective_timeout": no_collective_timeout,
+                                                         "no_completion_marker": no_completion_marker}
 
 
 def check_problem(kind: str, check: dict[str, dict], only_if: list[str]) -> str | None:
     """Why a relation's named checks cannot run (unknown name, a parameter the check does not
     take), or None."""
-    table = {"suppress": SUPPRESS_CHECKS, "explains": EXPLAINS_CHECKS, "aggregate": {}, "origin": {}}[kind]
+    table = {"suppress": SUPPRESS_CHECKS, "explains": EXPLAINS_CHECKS, "aggregate": AGGREGATE_CHECKS, "origin": {}}[kind]
     for name, parameters in check.items():
         if name not in table:
             return f"unknown {kind} check {name!r}; known: {', '.join(sorted(table)) or 'none'}"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from slurm_attrib.engine import assemble, correlate, reconcile, relate
-from slurm_attrib.engine.checks import JudgeContext
+from slurm_attrib.engine.checks import COMPLETION_MARKERS, JudgeContext
 from slurm_attrib.engine.events import OTHER_READING, Event
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
 from slurm_attrib.ingest.gpuids import gpu_identities
@@ -20,7 +20,6 @@ from slurm_attrib.vocab import DRAINABLE_DOMAINS
 FAILED_STATES = {"FAILED", *reconcile.STATE_CAUSES}
 SYSTEMIC_MIN_NODES = 3  # the same fault on at least this many nodes ...
 SYSTEMIC_WINDOW = 300.0  # ... within this many seconds of the first is systemic
-COMPLETION_MARKERS = ("job_progress_done", "program_exit")  # the job said it finished
 WENT_SILENT_MARGIN = 60.0  # a node whose logs stop this much before every other node's died first
 
 
@@ -44,11 +43,10 @@ def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_
     events = reconcile.without_leads_on_read_lines(events) + reconcile.job_state_events(evidence)
     reconcile.date_node_failures(events, last_seen)
     context = JudgeContext(job, events, kernel_logged=frozenset(
-        f.node for f in evidence.files if f.provenance is Provenance.KERNEL and f.node))
+        f.node for f in evidence.files if f.provenance is Provenance.KERNEL and f.node), evidence=evidence)
     relate.suppress(events, context, rule_dirs)
     relate.aggregate(events, context, rule_dirs)
     relate.explain(events, context, rule_dirs)
-    reconcile.setup_phase_timeouts(events, evidence)
     relate.rank_roots(events, context, rule_dirs)
     verdict = _judge(events, evidence, last_seen, context, rule_dirs)
     drains = _drains(verdict, job)
@@ -92,8 +90,7 @@ def _decided_by(verdict: Verdict, events: list[Event]) -> list[str]:
 def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float], context: JudgeContext,
            rule_dirs: tuple) -> Verdict:
     job, nodes_without_logs = evidence.job, evidence.nodes_without_logs()
-    candidates = ([e for e in events if e.role == "cause"] or _flushed_transfers(events) or _mismatched_collectives(events)
-                  or _duplicate_ranks(events, job) or relate.aggregate(events, context, rule_dirs, last_resort=True))
+    candidates = [e for e in events if e.role == "cause"] or relate.last_resort_causes(events, context, rule_dirs)
     if not candidates:
         return _judge_without_cause(events, evidence)
     primary, rivals = _choose_primary(candidates)
@@ -114,65 +111,6 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float],
     if primary.time is None and primary.type != "job_state":
         verdict.notes.append("the cause has no wall-clock time (seconds since boot with no anchor, or no time at all): it cannot be placed in the job's window")
     return verdict
-
-
-def _flushed_transfers(events: list[Event]) -> list[Event]:
-    """With no cause at all, failed IB work completions that only follow another failure
-    (IBV_WC_WR_FLUSH_ERR, REM_ABORT_ERR) still show an RDMA transfer failed: the earliest is the
-    origin we can see (strength 1, so `likely` at most, never drained)."""
-    flushed = [e for e in events if e.role == "symptom" and e.notes.get("ib_status_name") and e.category == "transport_error"
-               and "outside_window" not in e.notes]
-    if not flushed:
-        return []
-    first = min(flushed, key=lambda e: e.sort_key)
-    first.role, first.strength = "cause", 1
-    first.notes["inferred"] = "only follow-on completion errors were found: the failure that preceded them left no line"
-    return [first]
-
-
-P2P_OPS = {"SEND", "RECV", "COALESCED", "UNKNOWN"}  # point-to-point ops pair different op types by design
-
-
-def _mismatched_collectives(events: list[Event]) -> list[Event]:
-    """Ranks that timed out in the same collective (process group, sequence number) but in a
-    different operation called different collectives: the program desynchronised its ranks (a
-    rank-dependent branch, an uneven stop).  The first such timeout is the cause (likely)."""
-    by_collective: dict[tuple, dict[str, list[Event]]] = defaultdict(lambda: defaultdict(list))
-    for event in events:
-        op, seq = event.fields.get("op"), event.fields.get("seq")
-        if event.type == "collective_timeout" and op and seq is not None and str(op).upper() not in P2P_OPS:
-            by_collective[(event.fields.get("pg") or 0, seq)][str(op).upper()].append(event)
-    for (pg, seq), ops in sorted(by_collective.items(), key=lambda item: str(item[0])):
-        if len(ops) < 2:
-            continue
-        first = min((e for group in ops.values() for e in group), key=lambda e: e.sort_key)
-        first.role, first.domain, first.category, first.strength = "cause", "application", "nccl_usage", 1
-        shown = "; ".join(f"{op} on rank(s) {', '.join(str(e.rank) for e in group if e.rank is not None) or '?'}"
-                          for op, group in sorted(ops.items()))
-        first.notes["inferred"] = f"collective {seq} of process group {pg} timed out as different operations ({shown}): the ranks called different collectives"
-        return [first]
-    return []
-
-
-def _duplicate_ranks(events: list[Event], job: JobContext) -> list[Event]:
-    """Two processes joining as the same global rank while other ranks never join: the launcher
-    started a different number of tasks than the trainer expects (srun --ntasks-per-node against
-    devices/num_nodes), a launch configuration error (likely).  A restart repeats every rank, so
-    it does not count."""
-    members = [e for e in events if e.type == "distributed_member" and e.rank is not None and e.fields.get("world")]
-    if not members or reconcile.job_state(job) == "COMPLETED" or any(e.type in COMPLETION_MARKERS for e in events):
-        return []
-    world = max(e.fields["world"] for e in members)
-    seen = Counter(e.rank for e in members)
-    doubled = sorted(rank for rank, count in seen.items() if count > 1)
-    if not doubled or len(seen) >= world:
-        return []
-    first = min((e for e in members if e.rank in doubled), key=lambda e: e.order)
-    first.role, first.domain, first.category, first.strength = "cause", "application", "nccl_usage", 1
-    first.notes["inferred"] = (f"global rank(s) {', '.join(map(str, doubled))} joined more than once while only "
-                               f"{len(seen)} of {world} ranks joined at all: the number of tasks does not match "
-                               "the trainer's devices and num_nodes")
-    return [first]
 
 
 def _after_the_hang(primary: Event, events: list[Event]) -> bool:

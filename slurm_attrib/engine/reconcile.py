@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
 
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.jobwindow import PENDING_AGAIN
@@ -126,57 +124,3 @@ def without_leads_on_read_lines(events: list[Event]) -> list[Event]:
                 best[(event.source, event.line)] = event
     leads = {id(e) for e in best.values()}
     return [e for e in events if not (e.fallback and e.role == "cause") or id(e) in leads]
-
-
-# A collective among the first few of a process group: the ranks have barely started working together.
-SETUP_SEQ = 5
-
-
-# A tqdm progress bar still counting (`Running tokenizer on dataset:   9%|███| 280000/2969526 [29:55<...`).
-PROGRESS_BAR = re.compile(rb"\b\d{1,2}%\|[^|\n]*\| *\d+/\d+ \[\d")
-BUSY_REACH = 5  # lines around the timeout where the busy rank's progress shows
-BUSY_MAX_BYTES = 16 * 1024 * 1024
-
-
-def _busy_nearby(evidence: Evidence, timeouts: list[Event]) -> bool:
-    """A progress bar short of 100 % printed next to one of the timeouts: some rank was still
-    working.  Each file is read once."""
-    by_source: dict[str, list[Event]] = defaultdict(list)
-    for event in timeouts:
-        by_source[event.source].append(event)
-    for source in evidence.files:
-        near = by_source.get(source.rel)
-        if not near or source.content_size() > BUSY_MAX_BYTES:
-            continue
-        lines = source.read_all().split(b"\n")
-        for event in near:
-            at = event.line - (source.line_offset or 0) - 1
-            if any(PROGRESS_BAR.search(line) for line in lines[max(0, at - BUSY_REACH): at + BUSY_REACH + 1]):
-                return True
-    return False
-
-
-def setup_phase_timeouts(events: list[Event], evidence: Evidence) -> None:
-    """When nothing failed (a scheduler end is only the end of the wait), ranks timing out in one
-    of their first collectives while rank 0 reports no timeout and a progress bar next to the
-    timeouts still counts were waiting for rank 0 to finish its setup (tokenising, preparing data)
-    longer than the process-group timeout: a configuration of the job (raise the timeout or
-    prepare data before the process group), not a hang.  The first such timeout is the cause."""
-    if any(e.role == "cause" and e.domain != "scheduler" for e in events):
-        return
-    timeouts = [e for e in events if e.type == "collective_timeout" and e.role == "symptom" and e.rank is not None]
-    early = [e for e in timeouts if isinstance(e.fields.get("seq"), int) and e.fields["seq"] <= SETUP_SEQ]
-    if not early or len(early) != len(timeouts) or any(e.rank == 0 for e in timeouts):
-        return
-    first = min(early, key=lambda e: e.sort_key)
-    if not _busy_nearby(evidence, early):
-        return  # no sign that rank 0 was still working: a hang at the first collective
-    first.role, first.domain, first.category, first.strength = "cause", "application", "nccl_usage", 1
-    ranks = ", ".join(str(r) for r in sorted({e.rank for e in early}))
-    for event in events:
-        if event.role == "cause" and event.domain == "scheduler":  # the cancel or time limit that ended the wait
-            event.role, event.explained_by = "symptom", first
-    first.notes["inferred"] = (f"rank(s) {ranks} timed out in collective {first.fields['seq']}, one of the first, and rank 0 "
-                               "reported no timeout: rank 0 was still busy setting up (data preparation) for longer than the "
-                               "process-group timeout; raise the timeout (init_process_group(timeout=...), ddp_timeout) or "
-                               "prepare the data before starting the process group")

@@ -2,8 +2,9 @@
 
 1. suppress: targets a check holds for lose weight (role, strength); demotion only.  A relation
    that reads what others decided names them in `after` and runs in a later round.
-2. aggregate: groups that reach a count promote their first event (read after suppression);
-   last-resort aggregates run apart, once the rest of the judgement found no cause.
+2. aggregate: groups that reach a count (and hold for the relation's group check) promote their
+   first event (read after suppression); last-resort aggregates run apart, once the rest of the
+   judgement found no cause, tier by tier (the first tier that promotes decides).
 3. explains: edges from causes to effects; an effect with an edge is its cause's symptom.
 4. rank the roots: an origin relation makes the first termination notice the origin when no
    other cause may have come before it, and the causes after it its symptoms; then the suppress
@@ -25,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Callable
 
-from slurm_attrib.engine.checks import EXPLAINS_CHECKS, JOB_CHECKS, SUPPRESS_CHECKS, JudgeContext, check_problem
+from slurm_attrib.engine.checks import AGGREGATE_CHECKS, EXPLAINS_CHECKS, JOB_CHECKS, SUPPRESS_CHECKS, JudgeContext, check_problem
 from slurm_attrib.engine.correlate import SKEW
 from slurm_attrib.engine.events import OTHER_READING, Event
 from slurm_attrib.errors import RuleError
@@ -241,24 +242,35 @@ def _demote(effect: Effect, event: Event, relation: Relation) -> None:
 
 
 def aggregate(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = (),
-              last_resort: bool = False) -> list[Event]:
-    """The events the aggregate relations promoted (each its group's first).  Every relation reads
-    the events as they entered the stratum; the promotions apply after all have been read.
-    last_resort: the relations read only when the judgement found no cause."""
+              last_resort: int = 0) -> list[Event]:
+    """The events the aggregate relations of this last-resort tier (0: none) promoted (each its
+    group's first).  Every relation reads the events as they entered the stratum; the promotions
+    apply after all have been read."""
     promotions = []
     candidates = _Candidates(events)
     for relation in relations(rule_dirs):
         if (relation.kind != "aggregate" or relation.last_resort != last_resort
                 or not all(JOB_CHECKS[name](context) for name in relation.only_if)):
             continue
-        promotions += _promotions(relation, candidates.of(relation.events))
+        promotions += _promotions(relation, candidates.of(relation.events), context)
     for relation, first, says in promotions:
         _apply(relation.promote, first, relation)
         first.notes[relation.note] = says
     return [first for _, first, _ in promotions]
 
 
-def _promotions(relation: Relation, events: list[Event]) -> list[tuple[Relation, Event, str]]:
+def last_resort_causes(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = ()) -> list[Event]:
+    """With no cause after the whole judgement: the last-resort aggregates tier by tier, the first
+    tier that promotes anything decides (a pattern that says what went wrong before how the job
+    ended)."""
+    for tier in sorted({r.last_resort for r in relations(rule_dirs) if r.kind == "aggregate" and r.last_resort}):
+        promoted = aggregate(events, context, rule_dirs, last_resort=tier)
+        if promoted:
+            return promoted
+    return []
+
+
+def _promotions(relation: Relation, events: list[Event], context: JudgeContext) -> list[tuple[Relation, Event, str]]:
     groups: dict[tuple, list[Event]] = defaultdict(list)
     for event in events:
         if matches(relation.events, event):
@@ -271,13 +283,20 @@ def _promotions(relation: Relation, events: list[Event]) -> list[tuple[Relation,
             count = len({e.fields[relation.distinct] for e in members if e.fields.get(relation.distinct)})
         else:
             count = sum(e.repeats for e in members)
+        checked: dict = {}
+        if relation.check:
+            (name, parameters), = relation.check.items()
+            held = AGGREGATE_CHECKS[name](members, context, **parameters)
+            if held is None:
+                continue
+            members, checked = held
         which = relation.promote.which
         eligible = [e for e in members if which is None or matches(which, e)]
         if count < relation.at_least or not eligible:
             continue
         first = min(eligible, key=lambda e: e.sort_key)
         values = {**first.fields, **{name: members[0].fields.get(name) for name in relation.same},
-                  **dict(zip(relation.group_by, key)), "count": count}
+                  **dict(zip(relation.group_by, key)), "count": count, **checked}
         found.append((relation, first, _says(relation, values)))
     return found
 

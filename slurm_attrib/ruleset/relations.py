@@ -39,7 +39,13 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     note: inferred                    # kept with the text of `says`, which may name {count}, the
     says: '{count} corrected memory-error reports on {node}: a failing DIMM'
                                       # group's fields and the promoted event's fields
-    last_resort: true                 # read only when the judgement found no cause (its last inference)
+    last_resort: 2                    # read only when the judgement found no cause (its last inferences),
+                                      # in tiers: tier 1 first, tier 2 only when tier 1 promoted nothing
+                                      # (a pattern that says what went wrong before how the job ended);
+                                      # within a tier the order does not matter. 0 (default): not last resort
+    check: {repeated_ranks: {}}       # optional: one named group check (engine/checks.py): the group
+                                      # promotes only when it holds; it may narrow the events promoted
+                                      # and add values `says` may name
     yields_to_leads: false            # true: the fallback rules' leads (second look) outrank it
     # explains: an effect with an edge from a cause is its symptom
     cause: {type: [gpu_xid], role: [cause]}
@@ -74,7 +80,7 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
 
 The evaluator (engine/relate.py) runs them in strata: suppress, then aggregate, then explains,
 then origin and the suppressions after it (last-resort aggregates once the rest of the judgement
-found no cause); within a kind the order
+found no cause, tier by tier); within a kind (a tier) the order
 of relations does not change the result: every relation reads the events as they entered its
 stratum, and the changes apply after all have been read (an effect two edges reach is explained by
 the earlier cause).  Every
@@ -193,8 +199,9 @@ class Relation(Strict):
     distinct: str = ""  # count the group's distinct values of this field, not its lines
     at_least: int = Field(default=1, ge=1)
     only_if: list[str] = []
-    # read only when no event is a cause after the whole judgement: its last inference
-    last_resort: bool = False
+    # read only when no event is a cause after the whole judgement: its last inferences, in tiers
+    # (1 first; the next only when the tiers before promoted nothing); 0: not a last resort
+    last_resort: int = Field(default=0, ge=0, strict=True)
     promote: Effect | None = None
     says: str = ""
     # an inference from how the job ended (a failed task): a lead the fallback rules' second look
@@ -217,7 +224,7 @@ class Relation(Strict):
     hints: dict[str, str] = {}  # category of the origin: the hint noted with it
     # suppress: relations whose decisions this one reads (their notes); it runs once they applied
     after: list[str] = []
-    # suppress and explains: one named check and its parameters
+    # suppress, explains and aggregate: one named check and its parameters
     check: dict[str, dict[str, Any]] = {}
     note: str = ""
     tests: list[RelationTest] = Field(min_length=2)
