@@ -242,9 +242,16 @@ def near_in_time(ordered: list[Event], is_cause: Callable[[Event], bool], is_eff
     return edges
 
 
+def any_time(ordered: list[Event], is_cause: Callable[[Event], bool],
+             is_effect: Callable[[Event], bool]) -> list[tuple[Event, Event]]:
+    """Each effect is explained by the first cause in line order, whenever either came (a wait
+    that may last the whole job)."""
+    return near_in_time(ordered, is_cause, is_effect, float("inf"))
+
+
 EXPLAINS_CHECKS: dict[str, Callable[..., list[tuple[Event, Event]]]] = {"same_burst": same_burst, "cause_first": cause_first,
                                                                         "nearest_lines": nearest_lines,
-                                                                        "near_in_time": near_in_time}
+                                                                        "near_in_time": near_in_time, "any_time": any_time}
 
 
 # -- aggregate -------------------------------------------------------------------------------------
