@@ -581,3 +581,16 @@ def test_an_errno_is_read_with_the_call_that_returned_it(tmp_path):
     smbus = "OSError: [Errno 121] Remote I/O error\n"
     diagnosis = analyze_path(write_job(tmp_path / "smbus", {"slurm-77.out": traceback + smbus}))
     assert diagnosis.category == "app_exception"
+
+
+def test_without_the_jobs_record_a_program_failure_in_lines_of_one_host_names_it(tmp_path):
+    """No job.json: when every line that names a host names the same one, the program's failure
+    ran there; with two hosts in the lines the lines name no culprit so."""
+    def init(*hosts: str) -> str:
+        return "".join(f"{host}:1{r}00:1{r}01 [{r}] NCCL INFO Bootstrap : Using eth0:10.0.0.{r}<0>\n" for r, host in enumerate(hosts))
+
+    oom = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.10 GiB\n"
+    for name, hosts, culprits in (("one", ("vm-a", "vm-a"), ["vm-a"]), ("two", ("vm-a", "vm-b"), [])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.log").write_text(init(*hosts) + oom)
+        assert analyze_path(tmp_path / name).culprit_nodes == culprits, name

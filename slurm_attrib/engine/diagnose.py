@@ -326,6 +326,11 @@ def _culprits(verdict: Verdict, events: list[Event], job: JobContext, nodes_with
             return [min(roots, key=lambda e: e.order).node]
     if len(job.nodes) == 1 and primary.domain in ONE_NODE_DOMAINS:
         return list(job.nodes)  # the job ran on one node: the failure happened there
+    # Without the job's record, a program's failure in lines that all name one host ran there (a
+    # fabric or hardware fault may lie beyond the one host a log happens to show: not named so).
+    seen = {e.node for e in events if e.node}
+    if not job.nodes and len(seen) == 1 and primary.domain == "application":
+        return sorted(seen)
     return []
 
 
