@@ -20,6 +20,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from slurm_attrib.engine.correlate import HANG_TYPES
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.jobwindow import BEFORE, INSIDE, WINDOW_SLACK_AFTER, WINDOW_SLACK_BEFORE, window_side
 from slurm_attrib.engine.reconcile import SCHEDULER_STATES, SIGTERM, exit_signal, job_state
@@ -331,9 +332,6 @@ AGGREGATE_CHECKS: dict[str, Callable[..., tuple[list[Event], dict] | None]] = {"
 def job_not_completed(context: JudgeContext) -> bool:
     """Slurm did not record the job COMPLETED."""
     return context.job.state != "COMPLETED"
-
-
-HANG_TYPES = frozenset({"collective_timeout", "collective_failure", "watchdog_hang"})  # as correlate.HANG_TYPES
 
 
 def no_collective_timeout(context: JudgeContext) -> bool:

@@ -307,45 +307,37 @@ class Regex:
         # The wrapper's search is a Python generator around RE2's Match, a third of each search's
         # cost on lines that match: on bytes, RE2's Match gives the same spans directly.
         native = getattr(self._regex, "_regexp", None)
-        self._spans = native.Match if native is not None and hasattr(re2, "_Anchor") else None
+        self._spans = native.Match if native is not None and _UNANCHORED is not None else None
 
     def spans(self, data: bytes) -> list[tuple[int, int]] | None:
-        """(begin, end) of the match and of each group by number ((-1, -1): no part), or None; only
-        where RE2's Match is at hand (`direct`)."""
+        """(begin, end) of the match and of each group by number ((-1, -1): no part), or None."""
+        if self._spans is None:  # a google-re2 without the handle: through its wrapper
+            found = self._regex.search(data)
+            return None if found is None else [found.span(index) for index in range(self._regex.groups + 1)]
         spans = self._spans(_UNANCHORED, data, 0, len(data))
         return spans if spans[0][0] >= 0 else None
 
-    @property
-    def direct(self) -> bool:
-        return self._spans is not None
+    def named(self, data: bytes, spans: list[tuple[int, int]]) -> dict[str, str | None]:
+        """The named groups' text of a match's spans."""
+        return {name: data[spans[index][0]:spans[index][1]].decode() if spans[index][0] >= 0 else None
+                for name, index in self._groups}
 
     def search(self, data: bytes) -> dict[str, str | None] | None:
-        if self._spans is None:
-            return self._search_with_wrapper(data)
-        spans = self._spans(_UNANCHORED, data, 0, len(data))
-        if spans[0][0] < 0:
-            return None
-        groups = {}
-        for name, index in self._groups:
-            begin, end = spans[index]
-            groups[name] = data[begin:end].decode() if begin >= 0 else None
-        return groups
+        spans = self.spans(data)
+        return None if spans is None else self.named(data, spans)
 
     def _search_with_wrapper(self, data: bytes) -> dict[str, str | None] | None:
+        """search() through google-re2's own wrapper: what the direct path must equal (tests)."""
         found = self._regex.search(data)
         if found is None:
             return None
-        groups = {}
-        for name, index in self._groups:
-            begin, end = found.span(index)
-            groups[name] = data[begin:end].decode() if begin >= 0 else None
-        return groups
+        return self.named(data, [found.span(index) for index in range(self._regex.groups + 1)])
 
 
 class CompiledRule:
     """A rule's regexes, compiled once: `regex` on the text, the others on the matched line."""
 
-    __slots__ = ("rule", "regex", "unless", "requires", "capture", "_direct", "_casts")
+    __slots__ = ("rule", "regex", "unless", "requires", "capture", "_casts")
 
     def __init__(self, rule: Rule):
         ignore_case = rule.match.ignore_case
@@ -354,17 +346,13 @@ class CompiledRule:
         self.unless = [Regex(u, ignore_case) for u in rule.match.unless]
         self.requires = [Regex(r, ignore_case) for r in rule.match.requires]
         self.capture = [Regex(c, ignore_case) for c in rule.match.capture]
-        # Fields are read from RE2's spans (no dict per search) when RE2's Match is at hand; per
-        # group of `regex`, (name, number, cast).
-        self._direct = all(r.direct for r in [self.regex, *self.unless, *self.requires, *self.capture])
+        # Per group of `regex`, (name, number, cast): fields read from its spans, no dict per search.
         self._casts = [(name, index, CASTS[rule.fields.get(name, "str")]) for name, index in self.regex._groups]
 
     def fields(self, text: bytes, line: bytes) -> dict[str, Any] | None:
-        """The hit's fields: the named groups (as groups() merges them) cast as the rule says;
-        None when the text does not match or a value does not cast."""
-        if not self._direct:
-            groups = self.groups(text, line)
-            return None if groups is None else _cast_fields(self.rule, groups)
+        """The hit's fields, cast as the rule says: the named groups of `requires` and `capture`
+        (read on the line, as the lookaheads they stand for were) and then of `regex` (on the text),
+        later ones winning; None when the text does not match or a value does not cast."""
         spans = self.regex.spans(text)
         if spans is None or any(u.spans(text) is not None for u in self.unless):
             return None
@@ -378,40 +366,18 @@ class CompiledRule:
                     except ValueError:
                         return None
             return fields
-        found = []
+        groups: dict[str, str | None] = {}
         for regex in self.requires:
             required = regex.spans(line)
             if required is None:
                 return None
-            found.append((regex, line, required))
+            groups.update(regex.named(line, required))
         for regex in self.capture:
             captured = regex.spans(line)
             if captured is not None:
-                found.append((regex, line, captured))
-        found.append((self.regex, text, spans))
-        groups: dict[str, str | None] = {}  # later regexes win, as in groups()
-        for regex, data, matched in found:
-            for name, index in regex._groups:
-                begin, end = matched[index]
-                groups[name] = data[begin:end].decode() if begin >= 0 else None
+                groups.update(regex.named(line, captured))
+        groups.update(self.regex.named(text, spans))
         return _cast_fields(self.rule, groups)
-
-    def groups(self, text: bytes, line: bytes) -> dict[str, str | None] | None:
-        """The named groups of a match (capture and requires first, as the lookaheads they stand
-        for were), or None when the text does not match."""
-        found = self.regex.search(text)
-        if found is None or any(u.search(text) is not None for u in self.unless):
-            return None
-        groups: dict[str, str | None] = {}
-        for regex in self.requires:
-            required = regex.search(line)
-            if required is None:
-                return None
-            groups.update(required)
-        for regex in self.capture:
-            groups.update(regex.search(line) or {})
-        groups.update(found)
-        return groups
 
 
 def _hyperscan_db(literals: list[str], caseless: set[str]):
