@@ -138,7 +138,7 @@ class _FileScan:
 
 def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | None, want_boots: bool,
                job: JobContext) -> _FileScan:
-    clock = FileClock(source, year, None)
+    clock = FileClock(source, year)
     scan = _FileScan([], [], {}, NO_TIME)
     collapsed: dict[tuple, Event] = {}
     tail, line = b"", 1
@@ -260,12 +260,12 @@ class FileClock:
     An error printed without a time (a traceback, an NCCL WARN) comes in a burst that the next
     stamped line closes; the previous stamped line may be minutes older, so it is the fallback.
     Hits come in file order, so one look-ahead serves every hit of a burst.  A streamed file is
-    seen through windows (enter()); offsets given to time_of are into the current window's data,
+    seen through windows (enter()); offsets given to stamp_of are into the current window's data,
     the look-ahead and look-back state is kept in file offsets.
     """
 
-    def __init__(self, source: SourceFile, year: int | None, boot: float | None):
-        self.source, self.year, self.boot = source, year, boot
+    def __init__(self, source: SourceFile, year: int | None):
+        self.year = year
         self._data = b"" if source.streamed else source.data  # streamed: set by enter()
         self._base = 0  # file offset of self._data[0]
         self._ahead: tuple[int, LineTime] = (-1, NO_TIME)  # (file offset the look-ahead covered to, result)
@@ -273,12 +273,6 @@ class FileClock:
 
     def enter(self, data: bytes, base: int) -> None:
         self._data, self._base = data, base
-
-    def time_of(self, text: str, offset: int) -> tuple[float | None, float | None, bool]:
-        """(wall time, seconds since boot, inherited) of the line at `offset`."""
-        stamp, inherited = self.stamp_of(text, offset)
-        time, mono = _place(stamp, self.boot)
-        return time, mono, inherited
 
     def stamp_of(self, text: str, offset: int) -> tuple[LineTime, bool]:
         """The line's own stamp, else the inherited one; and whether it was inherited."""
