@@ -88,12 +88,12 @@ def gpus(events: list[Event], verdict: Verdict, identities: dict | None = None) 
     from slurm_attrib.ingest.gpuids import pci_key
 
     found: dict[tuple, Gpu] = {}
-    for event in sorted(events, key=lambda e: e.sort_key):
-        if event.fields.get("pci") and event.type in ("gpu_xid", "gpu_lost") and event.role == "cause":
-            key = (event.node or "", event.fields["pci"])
-            if key not in found:
-                identity = (identities or {}).get((event.node or "", pci_key(event.fields["pci"])), {})
-                found[key] = _gpu(event).model_copy(update=identity)
+    faults = (e for e in events if e.type in ("gpu_xid", "gpu_lost") and e.role == "cause" and e.fields.get("pci"))
+    for event in sorted(faults, key=lambda e: e.sort_key):
+        key = (event.node or "", event.fields["pci"])
+        if key not in found:
+            identity = (identities or {}).get((event.node or "", pci_key(event.fields["pci"])), {})
+            found[key] = _gpu(event).model_copy(update=identity)
     return [found[k] for k in sorted(found)]
 
 
@@ -175,12 +175,14 @@ def evidence_lines(events: list[Event], verdict: Verdict, source_nodes: dict[str
             for e in events
             if e.explained_by is primary and e.node == primary.node and e.category == primary.category
         ][:5]
-    first_per_node: dict[tuple, Event] = {}
-    for event in sorted(events, key=lambda e: e.sort_key):
+    first_per_node: dict[tuple, tuple[tuple, int, Event]] = {}
+    for position, event in enumerate(events):  # per (node, type), the symptom of the least sort key (the first of equals)
         if event.role == "symptom":
-            first_per_node.setdefault((event.node, event.type), event)
-    symptoms = sorted(first_per_node.values(), key=lambda e: e.sort_key)[:MAX_SYMPTOM_LINES]
-    context = [e for e in sorted(events, key=lambda e: e.sort_key) if e.role == "context"][:MAX_CONTEXT_LINES]
+            known = first_per_node.get((event.node, event.type))
+            if known is None or event.sort_key < known[0]:
+                first_per_node[(event.node, event.type)] = (event.sort_key, position, event)
+    symptoms = [e for _, _, e in sorted(first_per_node.values(), key=lambda k: k[:2])][:MAX_SYMPTOM_LINES]
+    context = sorted((e for e in events if e.role == "context"), key=lambda e: e.sort_key)[:MAX_CONTEXT_LINES]
     if not primary:
         context += [e for e in events if e.role == "cause"][:MAX_CONTEXT_LINES]
     lines = _hang_dump_lines(verdict, source_nodes or {})

@@ -70,16 +70,20 @@ def matches(match: EventMatch, event: Event) -> bool:
 
 
 class _Candidates:
-    """The events a matcher can hold for, by the types or rules it names (relations read every event
-    of a 32,768-rank job once each otherwise), in the events' own order."""
+    """The events a matcher can hold for, by the types, rules or roles it names (relations read every
+    event of a 32,768-rank job once each otherwise), in the events' own order.  Roles are those the
+    events had when indexed: while an index is in use only _demote changes a role, and only down
+    DEMOTION, so a role's candidates are the events that had it or a stronger one."""
 
     def __init__(self, events: list[Event]):
         self.events = events
         self.by_type: dict[str, list[int]] = defaultdict(list)
         self.by_rule: dict[str, list[int]] = defaultdict(list)
+        self.by_role: dict[str, list[int]] = defaultdict(list)
         for position, event in enumerate(events):
             self.by_type[event.type].append(position)
             self.by_rule[event.rule_id].append(position)
+            self.by_role[event.role].append(position)
 
     def of(self, *matchers: EventMatch) -> list[Event]:
         positions: set[int] = set()
@@ -88,6 +92,9 @@ class _Candidates:
                 positions.update(p for rule in match.rule for p in self.by_rule.get(rule, ()))
             elif match.type:
                 positions.update(p for kind in match.type for p in self.by_type.get(kind, ()))
+            elif match.role and set(match.role) <= set(DEMOTION):
+                weakest = min(DEMOTION.index(role) for role in match.role)
+                positions.update(p for role in DEMOTION[weakest:] for p in self.by_role.get(role, ()))
             else:
                 return self.events
         return [self.events[p] for p in sorted(positions)]
@@ -171,7 +178,8 @@ def rank_roots(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path
     """The origin relations, each reading the events as they entered the stratum, then the
     suppress relations after them."""
     loaded = relations(rule_dirs)
-    origins = [_origin(r, events) for r in loaded if r.kind == "origin"]
+    candidates = _Candidates(events)
+    origins = [_origin(r, events, candidates) for r in loaded if r.kind == "origin"]
     for relation, first, category, demoted in (o for o in origins if o is not None):
         first.role, first.domain, first.category = "cause", DOMAIN_OF_CATEGORY[category], category
         first.notes[relation.note] = relation.says
@@ -185,10 +193,11 @@ def rank_roots(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path
     context.memo.clear()
 
 
-def _origin(relation: Relation, events: list[Event]) -> tuple[Relation, Event, str, list[Event]] | None:
+def _origin(relation: Relation, events: list[Event], candidates: _Candidates) -> tuple[Relation, Event, str, list[Event]] | None:
     """The first notice (one saying why preferred at its time), its category and the causes it
     explains; None when another cause `unless` holds for, or one that may have come before it."""
-    notices = [(e, c) for e in events for c in [_reading(relation.notices, e)] if c is not None]
+    notices = [(e, c) for e in candidates.of(*(r.match for r in relation.notices))
+               for c in [_reading(relation.notices, e)] if c is not None]
     if not notices:
         return None
     first = min(notices, key=lambda notice: notice[0].sort_key)
