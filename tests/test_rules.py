@@ -609,7 +609,8 @@ def test_no_rule_literal_occurs_in_routine_system_lines():
 
 
 def test_no_first_pass_literal_occurs_in_routine_job_lines():
-    literals = {lit for rule in RULES if not rule.event.fallback for lit in rule.match.contains}
+    # a rule read at a file's ends is never searched by its literals (tests/test_progress.py)
+    literals = {lit for rule in RULES if not rule.event.fallback and not rule.event.ends for lit in rule.match.contains}
     for line in ROUTINE_JOB_LINES:
         found = sorted(lit for lit in literals if lit.lower() in line.lower())
         assert not found, (line, found)

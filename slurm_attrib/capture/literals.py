@@ -95,7 +95,7 @@ def load_literals(rule_dirs: tuple[str, ...] | list[str] = ()) -> Literals:
             lits.files += 1
             for doc in documents:
                 match = doc.get("match") if isinstance(doc, dict) else None
-                if not isinstance(match, dict) or _second_look_marker(doc):
+                if not isinstance(match, dict) or _progress_marker(doc):
                     continue
                 contains = match.get("contains") or []
                 if isinstance(contains, str):
@@ -155,8 +155,10 @@ def _map_rule(doc: dict, match: dict, literals: tuple[bytes, ...], kinds: frozen
     return MapRule(literals, regex, key, kinds) if key else None
 
 
-def _second_look_marker(doc: dict) -> bool:
-    """A fallback rule's marker (training steps reporting a loss, benchmark rows) reads lines that
-    fill a job's output: the capture does not keep lines for it."""
+def _progress_marker(doc: dict) -> bool:
+    """A fallback rule's marker (training steps reporting a loss, benchmark rows) and a marker read
+    at a file's ends (`event.ends`: progress counts) read lines that fill a job's output: the
+    capture does not keep lines for them."""
     event = doc.get("event")
-    return isinstance(event, dict) and bool(event.get("fallback")) and event.get("role") == "marker"
+    return (isinstance(event, dict) and event.get("role") == "marker"
+            and (bool(event.get("fallback")) or bool(event.get("ends"))))

@@ -348,6 +348,19 @@ def no_completion_marker(context: JudgeContext) -> bool:
     return not any(e.type in COMPLETION_MARKERS for e in context.events)
 
 
+def stalled_progress(events: list[Event]) -> Event | None:
+    """The last progress line (the latest in time; a line without one counts as its file's last),
+    when it stopped short of its planned end (k < N), nothing follows it on its line (a shell's
+    `Killed` after a bar) and the program never said it finished: a run that stalled, which is
+    no success (issue 20: success needs a positive end)."""
+    progress = [e for e in events if e.type == "job_progress" and isinstance(e.fields.get("total"), int)]
+    if not progress or any(e.type in COMPLETION_MARKERS for e in events):
+        return None
+    last = max(progress, key=lambda e: e.sort_key)
+    stopped_short = last.fields.get("done", 0) < last.fields["total"]
+    return last if stopped_short and not str(last.fields.get("after") or "").strip() else None
+
+
 def no_cause_but_the_scheduler(context: JudgeContext) -> bool:
     """Nothing failed: no event is a cause but the scheduler's end (a cancel, a time limit)."""
     return not any(e.role == "cause" and e.domain != "scheduler" for e in context.events)

@@ -7,9 +7,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from slurm_attrib.engine import assemble, correlate, reconcile, relate
-from slurm_attrib.engine.checks import COMPLETION_MARKERS, JudgeContext
+from slurm_attrib.engine.checks import COMPLETION_MARKERS, JudgeContext, stalled_progress
 from slurm_attrib.engine.events import OTHER_READING, Event
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
+from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.ingest.gpuids import gpu_identities
 from slurm_attrib.ingest.hangdumps import HangFinding, hang_finding
 from slurm_attrib.ingest.types import Evidence, JobContext
@@ -467,6 +468,14 @@ def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:
         return Verdict(domain="unknown", category="no_evidence", quality="insufficient")
     if state == "COMPLETED":
         return Verdict(domain="none", category="success", quality="confirmed")
+    stalled = stalled_progress(events)
+    if stalled is not None:
+        verdict = Verdict(domain="unknown", category="hang_unattributed", quality="insufficient")
+        when = f" at {iso(stalled.time)}" if stalled.time is not None and not stalled.time_inherited else ""
+        verdict.notes.append(f"progress stopped at {stalled.fields['done']}/{stalled.fields['total']}{when} "
+                             f"({stalled.source}:{stalled.line}) and the program never said it finished: "
+                             "the run stalled, and no line says why")
+        return verdict
     if any(e.type in COMPLETION_MARKERS or _benign(e) for e in events):
         return Verdict(domain="none", category="success", quality="likely")
     went_on = any("went_on" in e.notes for e in events)

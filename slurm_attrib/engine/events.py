@@ -141,10 +141,12 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
     clock = FileClock(source, year)
     scan = _FileScan([], [], {}, NO_TIME)
     collapsed: dict[tuple, Event] = {}
-    tail, line = b"", 1
+    tail, line, first = b"", 1, True
     for window in source.windows():
         clock.enter(window.data, window.offset)
-        hits = scanner.scan(window.data, source.kind, window.begin, window.end, line)
+        ends = ("both" if window.last else "first") if first else ("last" if window.last else "none")
+        hits = scanner.scan(window.data, source.kind, window.begin, window.end, line, ends)
+        first = False
         last_stamps: dict[int, tuple[Event, LineTime]] = {}  # by id(event): events compare by value
         read_at = -1  # the offset of the line read last: the hits on one line share its time and origin
         for hit in hits:

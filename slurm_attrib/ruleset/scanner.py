@@ -18,6 +18,7 @@ variant of its head (at most 6 letters), and each hit is then checked against th
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import shutil
@@ -89,18 +90,29 @@ def best_engine() -> str:
     return engines[0]
 
 
+# A rule that reads a file's ends (spec.EventSpec.ends) is searched in the first and the last
+# ENDS_REACH bytes of the region scanned, and tries at most ENDS_TRIES matching lines there.
+ENDS_REACH = 4 * 1024 * 1024
+ENDS_TRIES = 256
+ENDS_FIRST_TAIL = 64 * 1024  # the last line is looked for in a tail this long, then 4 times longer ...
+
+
 class Scanner:
     def __init__(self, rules: list[Rule], engine: str = "auto"):
         self.rules = rules
         self._compiled: dict[str, CompiledRule] = {}  # compiled when first needed
-        literals = sorted({lit for r in rules for lit in r.match.contains})
+        per_line = [r for r in rules if not r.event.ends]
+        # Rules read at a file's ends only: their literals never make a line a candidate.
+        self._ends = [(CompiledRule(r), compiled("(?m)" + r.match.regex, r.match.ignore_case))
+                      for r in sorted((r for r in rules if r.event.ends), key=lambda r: r.id)]
+        literals = sorted({lit for r in per_line for lit in r.match.contains})
         self._literals = literals
         self._rules_by_literal: dict[str, list[Rule]] = {lit: [] for lit in literals}
-        for rule in rules:
+        for rule in per_line:
             for literal in rule.match.contains:
                 self._rules_by_literal[literal].append(rule)
         self._rules_by_ids: dict[tuple[frozenset[int], str], list[CompiledRule]] = {}
-        self._caseless = {lit for r in rules if r.match.ignore_case for lit in r.match.contains}
+        self._caseless = {lit for r in per_line if r.match.ignore_case for lit in r.match.contains}
         self.engine = best_engine() if engine == "auto" else engine
         if self.engine not in available_engines():
             raise ValueError(f"scan engine {engine!r} is not available")
@@ -208,16 +220,81 @@ class Scanner:
         ends.sort()
         return ends
 
-    def scan(self, data: bytes, kind: str, begin: int = 0, end: int | None = None, first_line: int = 1) -> list[Hit]:
-        """Hits of the lines that start in data[begin:end]; `first_line` is the number of the
-        line at `begin`.  Lines after `end` in data serve only as the `following` lines of rules."""
+    def scan(self, data: bytes, kind: str, begin: int = 0, end: int | None = None, first_line: int = 1,
+             ends: str = "both") -> list[Hit]:
+        """Hits of the lines that start in data[begin:end], in line order; `first_line` is the
+        number of the line at `begin`.  Lines after `end` in data serve only as the `following`
+        lines of rules.  `ends` says which ends of the file this region holds, for the rules that
+        read a file's ends: "first", "last", "both" (the whole file) or "none"."""
         hits: list[Hit] = []
         lineno, position = first_line, begin
         for start, literal_ids in self.candidate_lines(data, begin, end):
             lineno += data.count(b"\n", position, start)
             position = start
             hits.extend(self.match_at(data, start, lineno, kind, literal_ids))
+        if self._ends and ends != "none":
+            for hit in self._end_hits(data, kind, begin, len(data) if end is None else end, first_line, ends):
+                bisect.insort(hits, hit, key=lambda h: h.offset)
         return hits
+
+    def _end_hits(self, data: bytes, kind: str, begin: int, end: int, first_line: int, ends: str) -> list[Hit]:
+        """Per rule that reads a file's ends, its first hit in the region (ends "first" or "both")
+        and its last (ends "last" or "both"), once when they are one line."""
+        found: list[Hit] = []
+        for rule, finder in self._ends:
+            if kind not in rule.rule.sources:
+                continue
+            first = self._first_hit(rule, finder, data, kind, begin, min(end, begin + ENDS_REACH), first_line) \
+                if ends in ("first", "both") else None
+            last = self._last_hit(rule, finder, data, max(begin, end - ENDS_REACH), end, begin, first_line) \
+                if ends in ("last", "both") else None
+            found += [h for h in (first, last) if h is not None]
+            if first is not None and last is not None and first.offset == last.offset:
+                found.pop()
+        return found
+
+    def _first_hit(self, rule: CompiledRule, finder, data: bytes, kind: str, begin: int, end: int,
+                   first_line: int) -> Hit | None:
+        position = begin
+        for _ in range(ENDS_TRIES):
+            found = finder.search(data, position, end)
+            if found is None:
+                return None
+            start = max(data.rfind(b"\n", begin, found.start()) + 1, begin)
+            hit = self._hit_at(rule, data, start, begin, first_line)
+            if hit is not None:
+                return hit
+            position = data.find(b"\n", found.start(), end) + 1
+            if position <= 0:
+                return None
+        return None
+
+    def _last_hit(self, rule: CompiledRule, finder, data: bytes, low: int, end: int, begin: int,
+                  first_line: int) -> Hit | None:
+        """The last line of data[low:end] the rule matches: looked for in a short tail first (a
+        file of progress lines holds thousands), then in tails 4 times longer."""
+        tail, tries = ENDS_FIRST_TAIL, 0
+        while True:
+            reached_low = end - tail <= low
+            start_at = max(low, end - tail)
+            if start_at > begin:  # from the next whole line
+                start_at = data.find(b"\n", start_at - 1, end) + 1 or end
+            starts = [found.start() for found in finder.finditer(data, start_at, end)]
+            for position in reversed(starts):
+                start = max(data.rfind(b"\n", begin, position) + 1, begin)
+                hit = self._hit_at(rule, data, start, begin, first_line)
+                tries += 1
+                if hit is not None:
+                    return hit
+                if tries >= ENDS_TRIES:
+                    return None
+            if reached_low:
+                return None
+            tail *= 4
+
+    def _hit_at(self, rule: CompiledRule, data: bytes, start: int, begin: int, first_line: int) -> Hit | None:
+        line, line_bytes = _line_at(data, start)
+        return self._match_rule(rule, line, line_bytes, first_line + data.count(b"\n", begin, start), start)
 
     def match_at(
         self, data: bytes, start: int, lineno: int, kind: str, literal_ids: frozenset[int] | None = None

@@ -79,6 +79,7 @@ class EventModel(StrictModel):
     # `insufficient`), never drained.  A fallback marker (work going on) weighs the leads.
     fallback: bool = False
     collapse: list[str] | None = None  # spec.EventSpec.collapse
+    ends: bool = False  # spec.EventSpec.ends
 
     @model_validator(mode="after")
     def _category_fits_domain(self) -> "EventModel":
@@ -92,6 +93,8 @@ class EventModel(StrictModel):
             raise ValueError("a fallback rule gives a lead (a cause) or a marker the second look weighs it by")
         if self.collapse is not None and self.role != "context":
             raise ValueError("only context collapses: a cause, symptom or marker line is read on its own")
+        if self.ends and (self.role != "marker" or self.collapse is not None or self.fallback):
+            raise ValueError("only a marker of the rules proper reads a file's ends (first and last lines); it does not collapse")
         return self
 
 

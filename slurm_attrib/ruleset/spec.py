@@ -28,6 +28,8 @@ One rule turns one log line (or a short block starting at that line) into an eve
       collapse: [pci]                 # context only: a file's hits that agree on these fields (and
                                       # on the line's host, rank and program) are one event with a
                                       # count and a last time, not one event per line
+      ends: false                     # markers only: a file's first and last lines of the rule,
+                                      # from its first and last window, not every line
     references: [https://...]
     examples:
       match: [{line: '...', fields: {...}}]
@@ -103,6 +105,10 @@ class EventSpec:
     # most of the analysis on realistic logs (issue 19).  Only context collapses: every cause,
     # symptom and marker line is read on its own.
     collapse: list[str] | None = None
+    # A marker a run prints all through (training progress): the judgement reads where it began
+    # and where it stopped, so only a file's first and last such lines are read, found by RE2 in
+    # the file's first and last window (scanner.Scanner.ends), never line by line.  Markers only.
+    ends: bool = False
 
 
 @dataclass(frozen=True)
