@@ -116,3 +116,17 @@ def test_the_last_progress_of_a_streamed_file_is_read_from_its_last_window(tmp_p
     done = int(last.split("iteration", 1)[1].split("/", 1)[0])
     assert done < 1000 and found["category"] == "hang_unattributed"
     assert any(f"progress stopped at {done}/1000" in note and f"slurm-5001.out:{lines}" in note for note in found["notes"])
+
+
+def test_a_time_limit_after_progress_stopped_says_the_run_stalled_first(tmp_path):
+    job = {"job_id": "5001", "state": "TIMEOUT", "exit_code": "0:15", "start": "2026-12-02T09:59:00Z",
+           "end": "2026-12-02T12:00:00Z", "nodes": ["gpu01"]}
+    banner = "slurmstepd: error: *** JOB 5001 ON gpu01 CANCELLED AT 2026-12-02T12:00:00 DUE TO TIME LIMIT ***\n"
+    found = _analyze(tmp_path, {"slurm-5001.out": _megatron(300) + STACK + banner}, job)
+    assert found["category"] == "time_limit"
+    assert any("progress had stopped at 300/1000" in note and "min before the job ended" in note for note in found["notes"])
+    # progress until the end: no such note
+    (tmp_path / "job").rename(tmp_path / "first")
+    steady = "".join(MEGATRON.format(m=59, s=k, k=k, c=k) for k in range(1, 40)).replace("10:59", "11:59")
+    found = _analyze(tmp_path, {"slurm-5001.out": steady + banner}, job)
+    assert found["category"] == "time_limit" and not any("progress had stopped" in n for n in found["notes"])

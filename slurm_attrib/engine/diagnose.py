@@ -107,11 +107,29 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float],
     verdict.quality = _quality(verdict, job)
     if "inferred" in primary.notes:  # the cause was inferred from a pattern of lines: say which
         verdict.notes.append(primary.notes["inferred"])
+    if primary.domain == "scheduler":
+        verdict.notes += _stall_before_the_end(events, job)
     if primary.fallback:
         verdict.notes.append("no rule knows this failure's wording: the cause is the nearest lead a generic rule found, not a finding")
     if primary.time is None and primary.type != "job_state":
         verdict.notes.append("the cause has no wall-clock time (seconds since boot with no anchor, or no time at all): it cannot be placed in the job's window")
     return verdict
+
+
+STALL_NOTED_AFTER = 600.0  # seconds without progress before the scheduler's end that make a stall worth saying
+
+
+def _stall_before_the_end(events: list[Event], job: JobContext) -> list[str]:
+    """A time limit or cancel that ended a run whose progress had stopped short long before: the
+    user's question is why it stopped, not that the scheduler ended it."""
+    stalled = stalled_progress(events)
+    if stalled is None or stalled.time is None or stalled.time_inherited or job.end is None:
+        return []
+    idle = job.end - stalled.time
+    if idle < STALL_NOTED_AFTER:
+        return []
+    return [f"progress had stopped at {stalled.fields['done']}/{stalled.fields['total']} at {iso(stalled.time)} "
+            f"({stalled.source}:{stalled.line}), {idle / 60:.0f} min before the job ended: the run stalled first"]
 
 
 def _after_the_hang(primary: Event, events: list[Event]) -> bool:
