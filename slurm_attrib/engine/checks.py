@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from slurm_attrib.engine.correlate import HANG_TYPES
+from slurm_attrib.engine.correlate import EXPLAIN_HORIZON, HANG_TYPES, INHERITED_SKEW, SKEW
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.jobwindow import BEFORE, INSIDE, WINDOW_SLACK_AFTER, WINDOW_SLACK_BEFORE, window_side
 from slurm_attrib.engine.reconcile import SCHEDULER_STATES, SIGTERM, exit_signal, job_state
@@ -250,9 +250,79 @@ def any_time(ordered: list[Event], is_cause: Callable[[Event], bool],
     return near_in_time(ordered, is_cause, is_effect, float("inf"))
 
 
+def tolerance(a: Event, b: Event) -> float:
+    """How close two times must be to count as simultaneous: clock skew, or more when a line only
+    inherited its time from a neighbouring line."""
+    return INHERITED_SKEW if a.time_inherited or b.time_inherited else SKEW
+
+
+def _clearly_earlier(c: Event, later: Event) -> bool:
+    """c happened before `later`, clearly (beyond clock skew) and recently enough to explain it."""
+    return (c.time is not None and later.time is not None
+            and later.time - EXPLAIN_HORIZON <= c.time < later.time - tolerance(c, later))
+
+
+def _earlier_in_the_same_file(c: Event, later: Event, reach: int) -> bool:
+    """Neither line has a wall-clock time, c comes first in the same file, and soon enough before
+    `later` to explain it: by seconds since boot when both have them, else within `reach` lines."""
+    if c.time is not None or later.time is not None or c.order[0] != later.order[0] or c.order >= later.order:
+        return False
+    if c.mono is not None and later.mono is not None:
+        return later.mono - EXPLAIN_HORIZON <= c.mono <= later.mono
+    return later.order[1] - c.order[1] <= reach
+
+
+def _same_component(a: Event, b: Event) -> bool:
+    """The same GPU when both name one by PCI address, else the same domain of hardware."""
+    pci_a, pci_b = a.fields.get("pci"), b.fields.get("pci")
+    if pci_a and pci_b:
+        return pci_a == pci_b
+    return a.domain == b.domain
+
+
+def earlier_on_the_same_component(ordered: list[Event], is_cause: Callable[[Event], bool],
+                                  is_effect: Callable[[Event], bool], reach: int = 20) -> list[tuple[Event, Event]]:
+    """Time before strength: each effect is explained by the first cause on the same component that
+    came clearly before it (or, neither timed, earlier in the same file within `reach` lines), from
+    sources no less trusted."""
+    causes = [e for e in ordered if is_cause(e)]
+    edges = []
+    for effect in ordered:
+        if is_effect(effect):
+            earlier = next((c for c in causes if c is not effect and c.trusted >= effect.trusted and _same_component(c, effect)
+                            and (_clearly_earlier(c, effect) or _earlier_in_the_same_file(c, effect, reach))), None)
+            if earlier is not None:
+                edges.append((earlier, effect))
+    return edges
+
+
+def crash_after_the_fault(ordered: list[Event], is_cause: Callable[[Event], bool],
+                          is_effect: Callable[[Event], bool], reach: int = 20) -> list[tuple[Event, Event]]:
+    """Each effect (a process killed by a signal) is explained by the first cause before it: by time,
+    or at the same time and earlier in the same file, or (untimed) within `reach` lines before it."""
+    causes = [e for e in ordered if is_cause(e)]
+    edges = []
+    for effect in ordered:
+        if is_effect(effect):
+            earlier = next((c for c in causes if c is not effect and _crash_followed(c, effect, reach)), None)
+            if earlier is not None:
+                edges.append((earlier, effect))
+    return edges
+
+
+def _crash_followed(c: Event, crash: Event, reach: int) -> bool:
+    same_file_earlier = c.order[0] == crash.order[0] and c.order < crash.order
+    if c.time is not None and crash.time is not None:
+        simultaneous = abs(c.time - crash.time) <= tolerance(c, crash)
+        return _clearly_earlier(c, crash) or (simultaneous and same_file_earlier)
+    return same_file_earlier and crash.order[1] - c.order[1] <= reach
+
+
 EXPLAINS_CHECKS: dict[str, Callable[..., list[tuple[Event, Event]]]] = {"same_burst": same_burst, "cause_first": cause_first,
                                                                         "nearest_lines": nearest_lines,
-                                                                        "near_in_time": near_in_time, "any_time": any_time}
+                                                                        "near_in_time": near_in_time, "any_time": any_time,
+                                                                        "earlier_on_the_same_component": earlier_on_the_same_component,
+                                                                        "crash_after_the_fault": crash_after_the_fault}
 
 
 # -- aggregate -------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from slurm_attrib.engine import assemble, correlate, reconcile, relate
-from slurm_attrib.engine.checks import COMPLETION_MARKERS, JudgeContext, stalled_progress
+from slurm_attrib.engine.checks import COMPLETION_MARKERS, JudgeContext, stalled_progress, tolerance
 from slurm_attrib.engine.events import OTHER_READING, Event
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
 from slurm_attrib.engine.timefmt import iso
@@ -149,89 +149,16 @@ def _choose_primary(candidates: list[Event]) -> tuple[Event, list[Event]]:
     untimed = sorted((c for c in pool if c.time is None), key=lambda c: (-c.strength, c.order))
     if timed:
         first = timed[0]
-        ties = [c for c in timed if c.time - first.time <= _tolerance(first, c)]
+        ties = [c for c in timed if c.time - first.time <= tolerance(first, c)]
         strongest = max(c.strength for c in ties)
         ties = sorted((c for c in ties if c.strength == strongest), key=_tie_key)
         if untimed and untimed[0].strength > strongest:
             ties = sorted((c for c in untimed if c.strength == untimed[0].strength), key=_tie_key)
     else:
         ties = sorted((c for c in untimed if c.strength == untimed[0].strength), key=_tie_key)
-    strongest_first = _most_specific_hardware(ties)
-    primary = (_earlier_fault_on_same_component(strongest_first, candidates)
-               or _what_the_crash_followed(strongest_first, candidates) or strongest_first)
-    rivals = _independent_rivals(primary, [c for c in ties if c is not strongest_first and c is not primary])
+    primary = _most_specific_hardware(ties)
+    rivals = _independent_rivals(primary, [c for c in ties if c is not primary])
     return primary, rivals
-
-
-def _earlier_fault_on_same_component(chosen: Event, candidates: list[Event]) -> Event | None:
-    """Time before strength: a weaker fault earlier on the same GPU (or the same node's same kind
-    of hardware) is the origin, and the stronger one that follows it is its consequence (an Xid
-    109 context-switch timeout after an Xid 13 of the same GPU).  Lines with no wall-clock time
-    are ordered by their own file's clock (seconds since boot, else line order)."""
-    if chosen.domain not in HARDWARE_PRECEDENCE or chosen.node is None:
-        return None
-    return _origin_of(chosen, [
-        c
-        for c in candidates
-        if c is not chosen
-        and c.node == chosen.node
-        and c.trusted >= chosen.trusted
-        and _same_component(c, chosen)
-        and (_earlier_in_time(c, chosen) or _earlier_in_the_same_file(c, chosen))
-    ])
-
-
-CRASH_REACH = 20  # lines of one file within which a crash follows the fault that caused it
-
-
-def _what_the_crash_followed(chosen: Event, candidates: list[Event]) -> Event | None:
-    """A process killed by a signal (a segfault, an abort) is the end of a failure, not its
-    origin, when a fault of any strength precedes it on the same node: by time, earlier in the same
-    file within the same second, or a few lines earlier when the lines have no time."""
-    if chosen.category != "app_killed_signal" or chosen.node is None:
-        return None
-
-    def before(c: Event) -> bool:
-        same_file_earlier = c.order[0] == chosen.order[0] and c.order < chosen.order
-        if c.time is not None and chosen.time is not None:
-            simultaneous = abs(c.time - chosen.time) <= _tolerance(c, chosen)
-            return _earlier_in_time(c, chosen) or (simultaneous and same_file_earlier)
-        return same_file_earlier and chosen.order[1] - c.order[1] <= CRASH_REACH
-
-    return _origin_of(chosen, [c for c in candidates if c is not chosen and c.node == chosen.node
-                               and c.category not in (None, "app_killed_signal") and before(c)])
-
-
-def _earlier_in_the_same_file(c: Event, chosen: Event) -> bool:
-    """Neither line has a wall-clock time, c comes first in the same file, and soon enough before
-    chosen to explain it: by seconds since boot when both have them, else within a few lines."""
-    if c.time is not None or chosen.time is not None or c.order[0] != chosen.order[0] or c.order >= chosen.order:
-        return False
-    if c.mono is not None and chosen.mono is not None:
-        return chosen.mono - correlate.EXPLAIN_HORIZON <= c.mono <= chosen.mono
-    return chosen.order[1] - c.order[1] <= CRASH_REACH
-
-
-def _earlier_in_time(c: Event, chosen: Event) -> bool:
-    """c happened before chosen, clearly (beyond clock skew) and recently enough to explain it."""
-    return (c.time is not None and chosen.time is not None
-            and chosen.time - correlate.EXPLAIN_HORIZON <= c.time < chosen.time - _tolerance(c, chosen))
-
-
-def _origin_of(chosen: Event, earlier: list[Event]) -> Event | None:
-    """The first of the faults that preceded `chosen`: the origin it followed from."""
-    if not earlier:
-        return None
-    first = min(earlier, key=lambda c: c.sort_key)
-    first.notes["led_to"] = chosen.title
-    return first
-
-
-def _same_component(a: Event, b: Event) -> bool:
-    pci_a, pci_b = a.fields.get("pci"), b.fields.get("pci")
-    if pci_a and pci_b:
-        return pci_a == pci_b
-    return a.domain == b.domain
 
 
 # Among equally strong hardware candidates that timing cannot order, the more specific component
@@ -249,12 +176,6 @@ def _most_specific_hardware(ties: list[Event]) -> Event:
         return first
     hardware = [c for c in ties if c.domain in HARDWARE_PRECEDENCE and c.trusted == first.trusted]
     return min(hardware, key=lambda c: (HARDWARE_PRECEDENCE[c.domain], c.sort_key))
-
-
-def _tolerance(a: Event, b: Event) -> float:
-    """How close two times must be to count as simultaneous: clock skew, or more when a line
-    only inherited its time from a neighbouring line."""
-    return correlate.INHERITED_SKEW if a.time_inherited or b.time_inherited else correlate.SKEW
 
 
 # Domains whose faults on two nodes are independent of each other (a GPU, a link, a host, a

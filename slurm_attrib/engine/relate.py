@@ -55,6 +55,7 @@ def matches(match: EventMatch, event: Event) -> bool:
         and (not match.role or event.role in match.role)
         and (not match.domain or event.domain in match.domain)
         and (not match.category or event.category in match.category)
+        and event.category not in match.not_category
         and (not match.kind or event.kind in match.kind)
         and (not match.strength or event.strength in match.strength)
         and (match.fallback is None or event.fallback == match.fallback)

@@ -20,7 +20,7 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     # aggregate: groups of events that together mean more than each (a count that promotes)
     events: {type: [host_memory_ce], role: [context], not_noted: [outside_window]}
                                       # matcher keys: rule, type, not_type, role, domain, category,
-                                      # kind, strength (a list), trusted, timed, placed (has a
+                                      # not_category, kind, strength (a list), trusted, timed, placed (has a
                                       # node), fallback (a
                                       # second-look lead), present (fields it has), noted,
                                       # not_noted, fields (allowed values; null: absent),
@@ -127,6 +127,7 @@ class EventMatch(Strict):
     role: list[Literal["cause", "symptom", "context", "marker"]] = []
     domain: list[str] = []
     category: list[str] = []
+    not_category: list[str | None] = []  # of none of these categories (null: with no category)
     kind: list[str] = []
     strength: list[int] = []
     trusted: bool | None = None
@@ -145,6 +146,14 @@ class EventMatch(Strict):
         unknown = sorted(set(value) - set(KNOWN_VALUES[info.field_name]))
         if unknown:
             raise ValueError(f"unknown {info.field_name} value(s) {unknown}")
+        return value
+
+    @field_validator("not_category")
+    @classmethod
+    def _known_categories(cls, value: list[str | None]) -> list[str | None]:
+        unknown = sorted(v for v in value if v is not None and v not in DOMAIN_OF_CATEGORY)
+        if unknown:
+            raise ValueError(f"unknown not_category value(s) {unknown}")
         return value
 
 
