@@ -23,9 +23,15 @@ MAX_CONTEXT_LINES = 10
 MAX_LINKS = 64  # a 512-node job's NCCL errors name every rank's HCA: the kernel's lines come first
 
 
+# A fault set aside because it came after the collectives stalled (sup.fault_after_the_hang) is no
+# origin of the hang, but a fault on the job's hardware all the same: the operator sees it.
+STILL_ALTERNATIVES = ("after_hang",)
+
+
 def alternatives(events: list[Event], verdict: Verdict) -> list[Event]:
     primary = verdict.primary
-    others = [e for e in events if e.role == "cause" and e is not primary and e.explained_by is None]
+    others = [e for e in events if (e.role == "cause" or any(k in e.notes for k in STILL_ALTERNATIVES))
+              and e is not primary and e.explained_by is None]
     seen: set[tuple] = set()
     chosen = list(verdict.rivals)
     if primary and OTHER_READING in primary.notes:  # the same line read the other way

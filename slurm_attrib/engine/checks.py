@@ -166,7 +166,20 @@ def job_state_disagrees(event: Event, context: JudgeContext) -> str | None:
     return f"job state {state} disagrees"
 
 
+def after_the_collectives_stalled(event: Event, context: JudgeContext) -> str | None:
+    """A fault later, beyond clock skew, than every collective timeout of the job: the collectives
+    had stalled before it, so it cannot be where the hang began (a timeout whose stall it could
+    have caused would end after it)."""
+    stalled = context.once(("last_timeout",), lambda: max(
+        (e.time for e in context.events if e.type in HANG_TYPES and e.role == "symptom" and e.time is not None),
+        default=None))
+    if event.time is None or stalled is None or event.time <= stalled + SKEW:
+        return None
+    return "began after the collectives had stalled: it cannot explain them"
+
+
 SUPPRESS_CHECKS: dict[str, Callable[..., str | None]] = {"outside_job_window": outside_job_window,
+                                                         "after_the_collectives_stalled": after_the_collectives_stalled,
                                                          "recovered_before_failure": recovered_before_failure,
                                                          "noted_on_its_node": noted_on_its_node,
                                                          "after_in_same_file": after_in_same_file,

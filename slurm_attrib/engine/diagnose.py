@@ -95,9 +95,6 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float],
     if not candidates:
         return _judge_without_cause(events, evidence)
     primary, rivals = _choose_primary(candidates)
-    if _after_the_hang(primary, events):
-        primary.notes["after_hang"] = "began after the collectives had stalled: it cannot explain them"
-        return _judge_without_cause(events, evidence)
     _link_symptoms(events, primary)
     verdict = Verdict(domain=primary.domain, category=primary.category or "no_evidence", quality="likely")
     verdict.primary, verdict.rivals = primary, rivals
@@ -130,16 +127,6 @@ def _stall_before_the_end(events: list[Event], job: JobContext) -> list[str]:
         return []
     return [f"progress had stopped at {stalled.fields['done']}/{stalled.fields['total']} at {iso(stalled.time)} "
             f"({stalled.source}:{stalled.line}), {idle / 60:.0f} min before the job ended: the run stalled first"]
-
-
-def _after_the_hang(primary: Event, events: list[Event]) -> bool:
-    """A hardware fault that every collective timeout predates is no origin of the hang."""
-    if primary.domain not in DRAINABLE_DOMAINS or primary.time is None:
-        return False
-    timeouts = [e for e in events if e.type in correlate.HANG_TYPES and e.role == "symptom" and e.time is not None]
-    return bool(timeouts) and all(
-        t.time + correlate.SKEW < primary.time and not correlate.explains(primary, t) for t in timeouts
-    )
 
 
 def _choose_primary(candidates: list[Event]) -> tuple[Event, list[Event]]:
