@@ -168,8 +168,8 @@ def rules_list(rule_dirs: tuple[Path, ...]) -> None:
 @rules.command("test")
 @_rule_dirs_option
 def rules_test(rule_dirs: tuple[Path, ...]) -> None:
-    """Check every rule against its own examples, the wordings catalogue, and every relation against
-    its own tests (rules/relations); exit 1 on any failure."""
+    """Check every rule against its own examples, the wordings catalogue, and every relation and
+    policy against its own tests (rules/relations, rules/policies); exit 1 on any failure."""
     from slurm_attrib.ruleset.loader import load_rules
     from slurm_attrib.ruleset.selftest import check_rules
     from slurm_attrib.ruleset.wordings import check_catalogue
@@ -185,7 +185,8 @@ def rules_test(rule_dirs: tuple[Path, ...]) -> None:
         click.echo(f"UNCOVERED {problem}")
     click.echo(f"{wordings} catalogued wordings: {len(uncovered)} not covered as stated")
     relation_failures = _test_relations(tuple(rule_dirs))
-    if failures or uncovered or relation_failures:
+    policy_failures = _test_policies(tuple(rule_dirs))
+    if failures or uncovered or relation_failures or policy_failures:
         sys.exit(1)
 
 
@@ -198,6 +199,19 @@ def _test_relations(rule_dirs: tuple[Path, ...]) -> list:
     for failure in failures:
         click.echo(str(failure))
     click.echo(f"{len(loaded)} relations, {sum(len(r.tests) for r in loaded)} tests: {len(failures)} failed")
+    return failures
+
+
+def _test_policies(rule_dirs: tuple[Path, ...]) -> list:
+    from slurm_attrib.engine.relation_tests import check_policy
+    from slurm_attrib.ruleset.policies import POLICIES, load_policy
+
+    loaded = [load_policy(name, rule_dirs) for name in POLICIES]
+    failures = [failure for policy in loaded for failure in check_policy(policy, rule_dirs)]
+    for failure in failures:
+        click.echo(str(failure))
+    rows = sum(len(p.rows) for p in loaded)
+    click.echo(f"{len(loaded)} policies ({rows} rows), {sum(len(p.tests) for p in loaded)} tests: {len(failures)} failed")
     return failures
 
 

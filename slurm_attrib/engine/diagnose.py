@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from slurm_attrib.engine import assemble, correlate, reconcile, relate
 from slurm_attrib.engine.checks import COMPLETION_MARKERS, JudgeContext, stalled_progress, tolerance
-from slurm_attrib.engine.events import OTHER_READING, Event
+from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
+from slurm_attrib.engine.policy import quality_row
 from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.ingest.gpuids import gpu_identities
 from slurm_attrib.ingest.hangdumps import HangFinding, hang_finding
@@ -101,7 +101,10 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float],
     peer = _blamed_peer(events) if primary.category == "transport_error" and not primary.trusted else []
     verdict.systemic = not peer and _is_systemic(candidates, primary)
     verdict.culprits = _culprits(verdict, events, job, nodes_without_logs, last_seen)
-    verdict.quality = _quality(verdict, job)
+    row = quality_row(verdict, job, rule_dirs)
+    verdict.quality = row.quality
+    if row.note:
+        verdict.notes.append(row.note)
     if "inferred" in primary.notes:  # the cause was inferred from a pattern of lines: say which
         verdict.notes.append(primary.notes["inferred"])
     if primary.domain == "scheduler":
@@ -318,55 +321,6 @@ def _blamed_peer(events: list[Event]) -> list[str]:
             reporters[peer].add(event.node)
     blamed = sorted(peer for peer, nodes in reporters.items() if len(nodes) >= 2)
     return blamed if len(blamed) == 1 else []
-
-
-# Messages that hedge their own meaning ("might be caused by", "possibly"): never `confirmed`.
-HEDGED = re.compile(
-    r"\b(?:might|may|could|can) (?:also )?(?:be|have been) (?:caused|due|related)\b|\bpossibl[ey]\b|\bprobabl[ey]\b"
-    r"|\bperhaps\b|\bmay indicate\b|\bcould indicate\b|\bmight indicate\b|\bis likely (?:caused|due)\b|\bsuspect(?:ed)?\b",
-    re.IGNORECASE,
-)
-
-
-def _quality(verdict: Verdict, job: JobContext) -> str:
-    quality = _unhedged_quality(verdict, job)
-    if quality == "confirmed" and HEDGED.search(verdict.primary.text):
-        verdict.notes.append("the message hedges its own meaning")
-        return "likely"
-    return quality
-
-
-def _unhedged_quality(verdict: Verdict, job: JobContext) -> str:
-    primary = verdict.primary
-    if primary.fallback:
-        return "insufficient"
-    if verdict.rivals or OTHER_READING in primary.notes:
-        return "ambiguous"
-    if verdict.systemic:
-        return "likely"
-    hardware = primary.domain in DRAINABLE_DOMAINS
-    if hardware and (not primary.trusted or "inferred" in primary.notes):
-        return "likely"
-    if primary.time is None and job.start is not None and hardware:
-        return "likely"  # cannot tell whether it happened inside the job
-    if primary.category == "node_failure" and primary.type == "job_state" and not verdict.culprits:
-        return "likely"
-    if _names_no_sender(primary) and reconcile.job_state(job) != "CANCELLED":
-        verdict.notes.append("the cancel banner names no sender (scancel, srun ending its own step, a preemption's "
-                             "grace period and scancel --signal print the same) and Slurm's state does not say CANCELLED")
-        return "likely"
-    if primary.category == "app_killed_signal":
-        # The signal says how the process died, not why: across the public rounds a thread found a
-        # deeper cause (a bug, a full /dev/shm, a bad GPU) for 5 of 12 such `confirmed` reads.
-        return "likely"
-    return "confirmed" if primary.strength >= 2 else "likely"
-
-
-def _names_no_sender(event: Event) -> bool:
-    """A bare `*** JOB/STEP <id> ON <node> CANCELLED AT <time> ***` (no `BY <user>`, no `DUE to
-    SIGNAL`): slurmstepd prints it for an scancel, for srun aborting its own step, for `scancel
-    --signal=TERM` and at the start of a preemption's grace period (req.c): it is never confirmed alone."""
-    return event.type == "slurm_cancelled" and not (event.fields.get("by") or event.fields.get("signal"))
 
 
 def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:

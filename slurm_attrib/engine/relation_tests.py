@@ -1,7 +1,8 @@
 """Run the relations' own tests (`tests:` in rules/relations/*.yaml): each test's lines, in a logs
 layout with its job.json, go through the whole analysis; the events the relation changed, as
-`rule@node`, must be exactly those expected (none: it must not fire).  Used by `sattrib rules test`
-and the test suite."""
+`rule@node`, must be exactly those expected (none: it must not fire).  A policy's tests
+(rules/policies/*.yaml) expect the diagnosis' quality.  Used by `sattrib rules test` and the test
+suite."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from slurm_attrib.ruleset.policies import Policy, PolicyTest
 from slurm_attrib.ruleset.relations import Relation, RelationTest
+
+if TYPE_CHECKING:
+    from slurm_attrib.engine.events import Event
+    from slurm_attrib.model import Diagnosis
 
 DEFAULT_JOB = {"job_id": "77", "state": "FAILED", "exit_code": "1:0", "start": "2026-12-02T13:00:00Z",
                "end": "2026-12-02T13:30:00Z", "nodes": ["gpu01", "gpu02", "gpu03", "gpu04"]}
@@ -27,8 +34,8 @@ class RelationFailure:
         return f"FAIL {self.relation_id} › {self.test}: expected {self.expected}, got {self.got}"
 
 
-def decided(relation: Relation, test: RelationTest, rule_dirs: tuple[Path, ...] = ()) -> list[str]:
-    """`rule@node` of each event the relation changed on the test's input, sorted."""
+def judged(test: RelationTest | PolicyTest, rule_dirs: tuple[Path, ...] = ()) -> tuple[Diagnosis, list[Event]]:
+    """The diagnosis and events of a test's input, in a logs layout with its job.json."""
     from slurm_attrib.engine.pipeline import judge_path
 
     with tempfile.TemporaryDirectory(prefix="sattrib-relation-") as folder:
@@ -38,7 +45,12 @@ def decided(relation: Relation, test: RelationTest, rule_dirs: tuple[Path, ...] 
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-        _, events = judge_path(root, rule_dirs)
+        return judge_path(root, rule_dirs)
+
+
+def decided(relation: Relation, test: RelationTest, rule_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """`rule@node` of each event the relation changed on the test's input, sorted."""
+    _, events = judged(test, rule_dirs)
     return sorted(f"{e.rule_id}@{e.node}" for e in events if relation.id in e.decided_by)
 
 
@@ -48,4 +60,14 @@ def check_relation(relation: Relation, rule_dirs: tuple[Path, ...] = ()) -> list
         got, expected = decided(relation, test, rule_dirs), sorted(test.expect["decided"])
         if got != expected:
             failures.append(RelationFailure(relation.id, test.name, expected, got))
+    return failures
+
+
+def check_policy(policy: Policy, rule_dirs: tuple[Path, ...] = ()) -> list[RelationFailure]:
+    """A policy's tests (rules/policies): the quality of each test's diagnosis."""
+    failures = []
+    for test in policy.tests:
+        got = judged(test, rule_dirs)[0].quality
+        if got != test.expect["quality"]:
+            failures.append(RelationFailure(policy.id, test.name, [test.expect["quality"]], [got]))
     return failures

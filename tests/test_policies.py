@@ -1,0 +1,51 @@
+"""The policies (rules/policies/*.yaml): the judgement's last decisions as tables, first row
+first; each one's own tests through the whole analysis, a site's replacement, and the format."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from slurm_attrib.engine.relation_tests import check_policy, judged
+from slurm_attrib.ruleset.policies import POLICIES, Policy, load_policy
+from slurm_attrib.paths import bundled_dir
+
+LOADED = [load_policy(name) for name in POLICIES]
+
+
+@pytest.mark.parametrize("policy, test", [pytest.param(p, t, id=f"{p.id}: {t.name}") for p in LOADED for t in p.tests])
+def test_policy(policy, test):
+    assert judged(test)[0].quality == test.expect["quality"]
+
+
+def test_every_quality_is_decided_by_some_row_and_tested():
+    (quality,) = [p for p in LOADED if p.id == "pol.quality"]
+    assert {row.quality for row in quality.rows} == {"confirmed", "likely", "ambiguous", "insufficient"}
+    assert {t.expect["quality"] for t in quality.tests} == {"confirmed", "likely", "ambiguous", "insufficient"}
+
+
+def test_a_site_policy_replaces_the_bundled_one(tmp_path):
+    """A site folder's policies/quality.yaml without the hedging row: the hedged Xid is confirmed."""
+    raw = yaml.safe_load((bundled_dir("rules") / "policies" / "quality.yaml").read_text(encoding="utf-8"))
+    raw["rows"] = [row for row in raw["rows"] if row.get("note") != "the message hedges its own meaning"]
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "quality.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    site = load_policy("quality", (tmp_path,))
+    failures = check_policy(site, (tmp_path,))
+    assert [f.test for f in failures] == ["a kernel line that hedges its own meaning"]
+    assert failures[0].got == ["confirmed"]
+
+
+@pytest.mark.parametrize("rows, problem", [
+    ([{"quality": "confirmed", "when": {"systemic": True}}], "the last row has no `when`"),
+    ([{"quality": "likely"}, {"quality": "confirmed"}], "only the last row may go without `when`"),
+    ([{"quality": "likely", "when": {"text": "(?=x)"}}, {"quality": "confirmed"}], "RE2 cannot run it"),
+    ([{"quality": "sure"}], "quality"),
+])
+def test_a_malformed_policy_is_refused_with_its_reason(rows, problem):
+    raw = {"id": "pol.quality", "description": "x", "references": ["https://example.org"], "rows": rows,
+           "tests": [{"name": "a", "input": {"a.txt": "x"}, "expect": {"quality": "likely"}},
+                     {"name": "b", "input": {"a.txt": "x"}, "expect": {"quality": "confirmed"}}]}
+    with pytest.raises(ValidationError, match=problem):
+        Policy.model_validate(raw)
