@@ -61,8 +61,8 @@ def _edges_into(cause: Event, events: list[Event]) -> dict[str, list[Event]]:
     found: dict[str, list[Event]] = defaultdict(list)
     for event in sorted(events, key=lambda e: e.sort_key):
         if event.explained_by is cause:
-            by = [r for r in event.decided_by if r.startswith("rel.")]
-            found[by[-1] if by else "the judge (time and scope; not a relation yet)"].append(event)
+            by = [r for r in event.decided_by if r.startswith(("rel.", "org."))]  # explains and origin relations
+            found[by[-1] if by else "no relation recorded"].append(event)
     return found
 
 

@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from slurm_attrib.engine.correlate import EXPLAIN_HORIZON, HANG_TYPES, INHERITED_SKEW, SKEW
+from slurm_attrib.engine.correlate import EXPLAIN_HORIZON, HANG_TYPES, INHERITED_SKEW, SKEW, explains
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.jobwindow import BEFORE, INSIDE, WINDOW_SLACK_AFTER, WINDOW_SLACK_BEFORE, window_side
 from slurm_attrib.engine.reconcile import SCHEDULER_STATES, SIGTERM, exit_signal, job_state
@@ -331,11 +331,35 @@ def _crash_followed(c: Event, crash: Event, reach: int) -> bool:
     return same_file_earlier and crash.order[1] - c.order[1] <= reach
 
 
+def follows_the_cause(ordered: list[Event], is_cause: Callable[[Event], bool],
+                      is_effect: Callable[[Event], bool]) -> list[tuple[Event, Event]]:
+    """The chosen cause explains each effect not yet explained that it can by time
+    (correlate.explains: it came first, within skew and an hour, or inside a timeout's stall),
+    except causes on other nodes that stand on their own: a stronger one, and one at strength 3
+    (a kernel-recorded hardware fault there is a rival or an alternative)."""
+    chosen = [e for e in ordered if is_cause(e)]
+    if len(chosen) != 1:
+        return []
+    cause = chosen[0]
+    edges = []
+    for effect in ordered:
+        if effect is cause or not is_effect(effect) or effect.explained_by is not None:
+            continue
+        elsewhere = effect.node is not None and cause.node is not None and effect.node != cause.node
+        stronger = effect.strength > cause.strength and effect.node != cause.node
+        if effect.role == "cause" and (stronger or (elsewhere and effect.strength >= 3)):
+            continue
+        if explains(cause, effect):
+            edges.append((cause, effect))
+    return edges
+
+
 EXPLAINS_CHECKS: dict[str, Callable[..., list[tuple[Event, Event]]]] = {"same_burst": same_burst, "cause_first": cause_first,
                                                                         "nearest_lines": nearest_lines,
                                                                         "near_in_time": near_in_time, "any_time": any_time,
                                                                         "earlier_on_the_same_component": earlier_on_the_same_component,
-                                                                        "crash_after_the_fault": crash_after_the_fault}
+                                                                        "crash_after_the_fault": crash_after_the_fault,
+                                                                        "follows_the_cause": follows_the_cause}
 
 
 # -- aggregate -------------------------------------------------------------------------------------

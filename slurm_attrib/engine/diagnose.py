@@ -95,7 +95,8 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float],
     if not candidates:
         return _judge_without_cause(events, evidence)
     primary, rivals = _choose_primary(candidates)
-    _link_symptoms(events, primary)
+    primary.chosen = True
+    relate.explain(events, context, rule_dirs, link=True)
     verdict = Verdict(domain=primary.domain, category=primary.category or "no_evidence", quality="likely")
     verdict.primary, verdict.rivals = primary, rivals
     peer = _blamed_peer(events) if primary.category == "transport_error" and not primary.trusted else []
@@ -184,37 +185,6 @@ def _independent_rivals(primary: Event, others: list[Event]) -> list[Event]:
                 continue  # same file, ordered by lines
             rivals.setdefault(other.node, other)
     return [rivals[n] for n in sorted(rivals)]
-
-
-def _link_symptoms(events: list[Event], primary: Event) -> None:
-    for event in events:
-        if event is primary or event.role not in ("symptom", "cause") or event.explained_by is not None:
-            continue
-        if event.role == "cause" and event.strength > primary.strength and event.node != primary.node:
-            continue
-        if _independent_fault(primary, event):
-            continue  # another node's own hardware fault: an alternative, not a consequence
-        if correlate.explains(primary, event):
-            event.explained_by = primary
-            if event.role == "cause" and _same_incident(primary, event):
-                event.role = "symptom"
-            elif event.role == "cause" and event.strength < 3:
-                event.role = "symptom"
-
-
-def _independent_fault(primary: Event, event: Event) -> bool:
-    return (
-        event.role == "cause"
-        and event.trusted
-        and event.domain in DRAINABLE_DOMAINS
-        and event.strength >= 3
-        and event.node is not None
-        and event.node != primary.node
-    )
-
-
-def _same_incident(a: Event, b: Event) -> bool:
-    return a.node == b.node or a.node is None or b.node is None
 
 
 def _is_systemic(candidates: list[Event], primary: Event) -> bool:

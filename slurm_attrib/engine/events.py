@@ -69,6 +69,7 @@ class Event:
     repeats: int = 1  # lines this event stands for (a collapsing rule's hits, event.collapse)
     last_time: float | None = None  # with repeats: the time of the last of them, when it has its own
     decided_by: list[str] = field(default_factory=list)  # ids of the relations that changed it, in order
+    chosen: bool = False  # the cause the ranking chose: what the link stratum's relations read
 
     @property
     def body(self) -> str:

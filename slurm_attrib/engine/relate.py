@@ -6,6 +6,8 @@
    first event (read after suppression); last-resort aggregates run apart, once the rest of the
    judgement found no cause, tier by tier (the first tier that promotes decides).
 3. explains: edges from causes to effects; an effect with an edge is its cause's symptom.
+   The explains relations whose cause is `chosen: true` run apart, once the ranking chose the
+   cause (the link stratum: engine/diagnose.py).
 4. rank the roots: an origin relation makes the first termination notice the origin when no
    other cause may have come before it, and the causes after it its symptoms; then the suppress
    relations `after` it (Slurm's job state overrules what it promoted).
@@ -67,6 +69,7 @@ def matches(match: EventMatch, event: Event) -> bool:
         and not any(key in event.notes for key in match.not_noted)
         and all(event.fields.get(name) in allowed for name, allowed in match.fields.items())
         and not any(event.fields.get(name) in barred for name, barred in match.not_fields.items())
+        and (match.chosen is None or event.chosen == match.chosen)
     )
 
 
@@ -311,14 +314,15 @@ def _promotions(relation: Relation, events: list[Event], context: JudgeContext) 
     return found
 
 
-def explain(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = ()) -> None:
+def explain(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = (), link: bool = False) -> None:
     """Every explains relation reads the events as they entered the stratum; the edges apply after
     all have been read.  An effect several edges reach is explained by the earliest cause (then
-    the relation id), and records every relation that reached it."""
+    the relation id), and records every relation that reached it.  link: the relations whose
+    cause is the chosen one (`chosen: true`), once the ranking chose it; else the others."""
     into: dict[int, list[tuple[Event, Event, Relation]]] = defaultdict(list)
     candidates = _Candidates(events)
     for relation in relations(rule_dirs):
-        if relation.kind != "explains":
+        if relation.kind != "explains" or bool(relation.cause.chosen) != link:
             continue
         for cause, effect in _edges(relation, candidates.of(relation.cause, relation.effect)):
             into[id(effect)].append((cause, effect, relation))

@@ -24,7 +24,9 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
                                       # node), fallback (a
                                       # second-look lead), present (fields it has), noted,
                                       # not_noted, fields (allowed values; null: absent),
-                                      # not_fields (values it must not have)
+                                      # not_fields (values it must not have), chosen (the cause
+                                      # the ranking chose: an explains relation whose cause is
+                                      # `chosen: true` runs once it is, the link stratum)
     group_by: [node]
     same: [pci]                       # optional: fields all of a group share (one GPU of the node)
     distinct: pid                     # optional: count the group's distinct values of this field
@@ -139,6 +141,7 @@ class EventMatch(Strict):
     not_noted: list[str] = []  # carries none of them
     fields: dict[str, list[Any]] = {}  # field name: allowed values (null: the field is absent)
     not_fields: dict[str, list[Any]] = {}  # field name: values it must not have
+    chosen: bool | None = None  # the cause the ranking chose (explains relations of the link stratum)
 
     @field_validator("domain", "category", "kind")
     @classmethod
