@@ -7,7 +7,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from slurm_attrib.engine.relation_tests import check_policy, judged
+from slurm_attrib.engine.relation_tests import check_policy, judged, policy_outcome
 from slurm_attrib.ruleset.policies import POLICIES, Policy, load_policy
 from slurm_attrib.paths import bundled_dir
 
@@ -16,7 +16,8 @@ LOADED = [load_policy(name) for name in POLICIES]
 
 @pytest.mark.parametrize("policy, test", [pytest.param(p, t, id=f"{p.id}: {t.name}") for p in LOADED for t in p.tests])
 def test_policy(policy, test):
-    assert judged(test)[0].quality == test.expect["quality"]
+    expected = test.expect[policy.decides]
+    assert policy_outcome(policy, judged(test)[0]) == (sorted(expected) if isinstance(expected, list) else [expected])
 
 
 def test_every_quality_is_decided_by_some_row_and_tested():
@@ -39,13 +40,36 @@ def test_a_site_policy_replaces_the_bundled_one(tmp_path):
 
 @pytest.mark.parametrize("rows, problem", [
     ([{"quality": "confirmed", "when": {"systemic": True}}], "the last row has no `when`"),
-    ([{"quality": "likely"}, {"quality": "confirmed"}], "only the last row may go without `when`"),
+    ([{"quality": "likely"}, {"quality": "confirmed"}], "only the last row may decide without `when`"),
+    ([{"by": "its_node"}], "a quality row gives a `quality`"),
     ([{"quality": "likely", "when": {"text": "(?=x)"}}, {"quality": "confirmed"}], "RE2 cannot run it"),
     ([{"quality": "sure"}], "quality"),
 ])
 def test_a_malformed_policy_is_refused_with_its_reason(rows, problem):
-    raw = {"id": "pol.quality", "description": "x", "references": ["https://example.org"], "rows": rows,
+    raw = {"id": "pol.quality", "decides": "quality", "description": "x", "references": ["https://example.org"], "rows": rows,
            "tests": [{"name": "a", "input": {"a.txt": "x"}, "expect": {"quality": "likely"}},
                      {"name": "b", "input": {"a.txt": "x"}, "expect": {"quality": "confirmed"}}]}
     with pytest.raises(ValidationError, match=problem):
         Policy.model_validate(raw)
+
+
+def test_a_culprits_row_names_a_known_finder(tmp_path):
+    from slurm_attrib.engine.policy import policy
+    from slurm_attrib.errors import RuleError
+
+    raw = yaml.safe_load((bundled_dir("rules") / "policies" / "culprits.yaml").read_text(encoding="utf-8"))
+    raw["rows"][0]["by"] = "the_usual_suspects"
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "culprits.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    with pytest.raises(RuleError, match="unknown finder.*the_usual_suspects"):
+        policy("culprits", (tmp_path,))
+
+
+def test_a_row_that_passes_on_lets_the_next_one_decide(tmp_path):
+    """Without the one-node row, a one-node job's program failure names no node."""
+    raw = yaml.safe_load((bundled_dir("rules") / "policies" / "culprits.yaml").read_text(encoding="utf-8"))
+    raw["rows"] = [row for row in raw["rows"] if row.get("by") != "the_jobs_node"]
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "culprits.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    failures = check_policy(load_policy("culprits", (tmp_path,)), (tmp_path,))
+    assert [(f.test, f.got) for f in failures] == [("a one-node job's program failure names its node", [])]

@@ -14,7 +14,7 @@ from slurm_attrib.model import Cause, EvidenceLine, Gpu, Link, Outcome, SymptomG
 from slurm_attrib.vocab import DOMAIN_OF_CATEGORY
 
 if TYPE_CHECKING:
-    from slurm_attrib.engine.diagnose import Verdict
+    from slurm_attrib.engine.verdict import Verdict
 
 MAX_SYMPTOM_LINES = 40
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
-
 from slurm_attrib.engine import assemble, correlate, reconcile, relate
 from slurm_attrib.engine.checks import COMPLETION_MARKERS, JudgeContext, stalled_progress, tolerance
 from slurm_attrib.engine.events import Event
+from slurm_attrib.engine.culprits import CulpritContext, blamed_peer
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
-from slurm_attrib.engine.policy import quality_row
+from slurm_attrib.engine.policy import culprits_of, quality_row
 from slurm_attrib.engine.timefmt import iso
+from slurm_attrib.engine.verdict import Verdict
 from slurm_attrib.ingest.gpuids import gpu_identities
 from slurm_attrib.ingest.hangdumps import HangFinding, hang_finding
 from slurm_attrib.ingest.types import Evidence, JobContext
@@ -21,20 +20,6 @@ from slurm_attrib.vocab import DRAINABLE_DOMAINS
 FAILED_STATES = {"FAILED", *reconcile.STATE_CAUSES}
 SYSTEMIC_MIN_NODES = 3  # the same fault on at least this many nodes ...
 SYSTEMIC_WINDOW = 300.0  # ... within this many seconds of the first is systemic
-WENT_SILENT_MARGIN = 60.0  # a node whose logs stop this much before every other node's died first
-
-
-@dataclass
-class Verdict:
-    domain: str
-    category: str
-    quality: str
-    culprits: list[str] = field(default_factory=list)
-    primary: Event | None = None
-    rivals: list[Event] = field(default_factory=list)
-    systemic: bool = False
-    notes: list[str] = field(default_factory=list)
-    hang: HangFinding | None = None  # the rank a hang began from, read from stack or flight-recorder dumps
 
 
 def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_seen: dict[str, float],
@@ -99,9 +84,9 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float],
     relate.explain(events, context, rule_dirs, link=True)
     verdict = Verdict(domain=primary.domain, category=primary.category or "no_evidence", quality="likely")
     verdict.primary, verdict.rivals = primary, rivals
-    peer = _blamed_peer(events) if primary.category == "transport_error" and not primary.trusted else []
+    peer = blamed_peer(events) if primary.category == "transport_error" and not primary.trusted else []
     verdict.systemic = not peer and _is_systemic(candidates, primary)
-    verdict.culprits = _culprits(verdict, events, job, nodes_without_logs, last_seen)
+    verdict.culprits = culprits_of(CulpritContext(verdict, events, job, nodes_without_logs, last_seen), rule_dirs)
     row = quality_row(verdict, job, rule_dirs)
     verdict.quality = row.quality
     if row.note:
@@ -199,98 +184,6 @@ def _is_systemic(candidates: list[Event], primary: Event) -> bool:
     }
     # A filesystem is shared by design: two clients seeing it fail is the filesystem's fault.
     return len(nodes) >= (2 if primary.domain == "storage" else SYSTEMIC_MIN_NODES)
-
-
-def _culprits(verdict: Verdict, events: list[Event], job: JobContext, nodes_without_logs: list[str], last_seen: dict[str, float]) -> list[str]:
-    primary = verdict.primary
-    if verdict.systemic or primary.domain == "scheduler" or primary.notes.get("no_culprit"):
-        return []
-    if verdict.rivals:
-        return sorted({primary.node, *(r.node for r in verdict.rivals)} - {None})
-    if primary.category == "node_failure":
-        return _failed_nodes(events, nodes_without_logs, last_seen)
-    if primary.category == "transport_error" and not primary.trusted and primary.type not in LOCAL_TRANSPORT_TYPES:
-        return _blamed_peer(events)
-    if primary.domain in DRAINABLE_DOMAINS and not primary.trusted:
-        # A hardware fault claimed only by lines a user could have written still names the host the
-        # lines establish, but only as `likely`, and never drains (drains need trusted evidence).
-        verdict.notes.append(f"the fault is reported only in lines a user could have written{' on ' + primary.node if primary.node else ''}")
-    if primary.node:
-        return [primary.node]
-    same = _nodes_of_same_failure(primary, events)
-    if len(same) == 1:
-        return same
-    if primary.domain == "application":
-        roots = [e for e in events if e.type == "elastic_root_cause" and e.node]
-        if roots:
-            return [min(roots, key=lambda e: e.order).node]
-    if len(job.nodes) == 1 and primary.domain in ONE_NODE_DOMAINS:
-        return list(job.nodes)  # the job ran on one node: the failure happened there
-    # Without the job's record, a program's failure in lines that all name one host ran there (a
-    # fabric or hardware fault may lie beyond the one host a log happens to show: not named so).
-    seen = {e.node for e in events if e.node}
-    if not job.nodes and len(seen) == 1 and primary.domain == "application":
-        return sorted(seen)
-    return []
-
-
-# Transport errors the node's own HCA raised about its own queue pairs: the node is named, not a peer.
-LOCAL_TRANSPORT_TYPES = frozenset({"ib_async_fatal"})
-# Failures a one-node job's only node is named for: the program's (wherever in it) and the
-# node's own hardware; not a shared filesystem's nor the scheduler's.
-ONE_NODE_DOMAINS = frozenset({"application", *DRAINABLE_DOMAINS})
-
-
-def _nodes_of_same_failure(primary: Event, events: list[Event]) -> list[str]:
-    """Nodes of the other lines reporting the same failure (srun's `node107: task 0: Out Of
-    Memory` next to slurmstepd's oom-kill line, which names no node)."""
-    return sorted({
-        e.node for e in events
-        if e is not primary and e.node and e.category == primary.category and e.role in ("cause", "symptom")
-        and (e.explained_by is primary or e.order[0] == primary.order[0])
-    })
-
-
-def _failed_nodes(events: list[Event], nodes_without_logs: list[str], last_seen: dict[str, float]) -> list[str]:
-    """The node Slurm names (`srun: error: Node failure on X`, printed by srun or salloc), else the
-    one node that left no logs, else the node its peers' failed connections name, else the one
-    node whose logs stopped well before all others'.
-    Naming is not draining: drains need trusted evidence."""
-    failures = [e for e in events if e.category == "node_failure" and e.node]
-    # A line that names the failed node (`Node failure on X`, `on failed node X`) outranks where a
-    # banner was printed: `*** JOB ... ON <batch host> CANCELLED ... DUE TO NODE FAILURE ***`
-    # comes from the node that survived.
-    naming = [e for e in failures if any(e.fields.get(key) for key in NODE_NAMING_FIELDS)]
-    named = sorted({e.node for e in naming or failures})
-    if len(named) == 1:
-        return named
-    if len(nodes_without_logs) == 1:
-        return nodes_without_logs
-    peer = _blamed_peer(events)  # the node its peers lost their connections to
-    if peer:
-        return peer
-    if len(last_seen) >= 3:
-        ordered = sorted(last_seen.items(), key=lambda item: (item[1], item[0]))
-        (first, stopped), (_, next_stop) = ordered[0], ordered[1]
-        if next_stop - stopped >= WENT_SILENT_MARGIN:
-            return [first]
-    return []
-
-
-NODE_NAMING_FIELDS = ("node", "host", "nodes")  # rule fields that name the node a line is about
-
-
-def _blamed_peer(events: list[Event]) -> list[str]:
-    """The far end of failing connections, when at least two other nodes name the same one
-    (peers resolved by `events.resolve_nodes` through the IP and rank maps present)."""
-    known = {e.node for e in events if e.node}
-    reporters: dict[str, set[str]] = defaultdict(set)
-    for event in events:
-        peer = event.notes.get("peer_node")
-        if event.category == "transport_error" and peer in known and event.node and event.node != peer:
-            reporters[peer].add(event.node)
-    blamed = sorted(peer for peer, nodes in reporters.items() if len(nodes) >= 2)
-    return blamed if len(blamed) == 1 else []
 
 
 def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:

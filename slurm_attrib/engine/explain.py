@@ -8,7 +8,7 @@ from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.model import Action, Drain, SymptomGroup
 
 if TYPE_CHECKING:
-    from slurm_attrib.engine.diagnose import Verdict
+    from slurm_attrib.engine.verdict import Verdict
     from slurm_attrib.engine.events import Event
     from slurm_attrib.ingest.types import JobContext
 

@@ -1,24 +1,53 @@
 """The policies (rules/policies, ruleset/policies.py) applied to a verdict: the first row whose
-condition holds decides."""
+condition holds decides (for culprits: the first whose finder, engine/culprits.py, names nodes
+or that may not pass on)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slurm_attrib.engine.culprits import FINDERS, CulpritContext
 from slurm_attrib.engine.reconcile import job_state
-from slurm_attrib.engine.relate import matches
+from slurm_attrib.engine.relate import fill, matches
+from slurm_attrib.errors import RuleError
 from slurm_attrib.ingest.types import JobContext
-from slurm_attrib.ruleset.policies import Row, When, load_policy
+from slurm_attrib.ruleset.policies import Policy, Row, When, load_policy
 from slurm_attrib.ruleset.spec import compiled
 
 if TYPE_CHECKING:
-    from slurm_attrib.engine.diagnose import Verdict
+    from slurm_attrib.engine.verdict import Verdict
 
 
 def quality_row(verdict: Verdict, job: JobContext, rule_dirs: tuple[Path, ...] = ()) -> Row:
     """The row of pol.quality that decides the verdict's quality (its cause chosen, culprits named)."""
-    return next(row for row in load_policy("quality", tuple(rule_dirs)).rows if holds(row.when, verdict, job))
+    return next(row for row in policy("quality", rule_dirs).rows if holds(row.when, verdict, job))
+
+
+def culprits_of(found: CulpritContext, rule_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """The nodes pol.culprits names for the verdict (its cause chosen, rivals and systemic known);
+    the notes of the rows read on the way go to the verdict."""
+    verdict = found.verdict
+    for row in policy("culprits", rule_dirs).rows:
+        if not holds(row.when, verdict, found.job):
+            continue
+        if row.note:
+            verdict.notes.append(fill(row.note, {"node": verdict.primary.node}))
+        if row.by is None:
+            continue
+        nodes = FINDERS[row.by](found)
+        if nodes or not row.or_next:
+            return nodes
+    return []
+
+
+def policy(name: str, rule_dirs: tuple[Path, ...] = ()) -> Policy:
+    """The policy in force, its finders known."""
+    loaded = load_policy(name, tuple(rule_dirs))
+    unknown = sorted({row.by for row in loaded.rows if row.by is not None} - set(FINDERS))
+    if unknown:
+        raise RuleError(f"policy {loaded.id}: unknown finder(s) {unknown} (known: {', '.join(sorted(FINDERS))})")
+    return loaded
 
 
 def holds(when: When | None, verdict: Verdict, job: JobContext) -> bool:
@@ -32,5 +61,6 @@ def holds(when: When | None, verdict: Verdict, job: JobContext) -> bool:
         and (when.culprits is None or bool(verdict.culprits) == when.culprits)
         and (when.job_started is None or (job.start is not None) == when.job_started)
         and (job_state(job) not in when.job_state_not)
+        and (when.job_nodes is None or len(job.nodes) == when.job_nodes)
         and (when.text is None or (primary is not None and compiled(when.text).search(primary.text) is not None))
     )

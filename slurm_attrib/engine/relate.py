@@ -411,10 +411,15 @@ _OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
 
 
 def _says(relation: Relation, values: dict) -> str:
-    """The relation's `says` with {count}, the group's values and the promoted event's fields; a
-    [bracketed part] is left out when a value it names is unknown ('{count} reports[ on {node}]')."""
+    """The relation's `says` with {count}, the group's values and the promoted event's fields."""
+    return fill(relation.says, values)
+
+
+def fill(template: str, values: dict) -> str:
+    """The template with its {names} filled; a [bracketed part] is left out when a value it names
+    is unknown ('{count} reports[ on {node}]')."""
     def part(found: re.Match) -> str:
         names = re.findall(r"\{(\w+)\}", found.group(1))
         return "" if any(values.get(name) is None for name in names) else found.group(1)
 
-    return _OPTIONAL.sub(part, relation.says).format_map(values)
+    return _OPTIONAL.sub(part, template).format_map(values)

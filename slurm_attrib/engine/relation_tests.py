@@ -64,10 +64,19 @@ def check_relation(relation: Relation, rule_dirs: tuple[Path, ...] = ()) -> list
 
 
 def check_policy(policy: Policy, rule_dirs: tuple[Path, ...] = ()) -> list[RelationFailure]:
-    """A policy's tests (rules/policies): the quality of each test's diagnosis."""
+    """A policy's tests (rules/policies): what each test's diagnosis says of what the policy decides
+    (its quality, its culprit nodes)."""
     failures = []
     for test in policy.tests:
-        got = judged(test, rule_dirs)[0].quality
-        if got != test.expect["quality"]:
-            failures.append(RelationFailure(policy.id, test.name, [test.expect["quality"]], [got]))
+        got, expected = policy_outcome(policy, judged(test, rule_dirs)[0]), _listed(test.expect[policy.decides])
+        if got != expected:
+            failures.append(RelationFailure(policy.id, test.name, expected, got))
     return failures
+
+
+def policy_outcome(policy: Policy, diagnosis: Diagnosis) -> list[str]:
+    return sorted(diagnosis.culprit_nodes) if policy.decides == "culprits" else [diagnosis.quality]
+
+
+def _listed(expected) -> list[str]:
+    return sorted(expected) if isinstance(expected, list) else [expected]

@@ -1,9 +1,10 @@
 """Policies: the judgement's last decisions as small tables, read first row first.
 
-Once the cause is chosen, how sure the diagnosis is (quality) is a policy: a list of rows, each a
-condition on the verdict and what follows from it; the first row whose condition holds decides.
+Once the cause is chosen, which nodes are the culprits and how sure the diagnosis is are
+policies: each a list of rows, a condition on the verdict and what follows from it.
 
     id: pol.quality
+    decides: quality                      # quality | culprits
     description: ...
     references: [https://...]
     rows:
@@ -12,18 +13,24 @@ condition on the verdict and what follows from it; the first row whose condition
           primary: {fallback: true}       # a relation matcher (ruleset/relations.py EventMatch) on the cause
           rivals: true                    # independent candidates timing cannot order
           systemic: true                  # one cause on many nodes (a shared component)
-          culprits: false                 # whether the verdict names a node
+          culprits: false                 # whether the verdict names a node (quality only)
           job_started: true               # the job's record gives its start
           job_state_not: [CANCELLED]      # Slurm's state is none of these (unknown counts as none)
+          job_nodes: 1                    # the job's record lists this many nodes (0: none)
           text: '(?i)\\bmight\\b'           # RE2, searched in the cause's line
-        quality: insufficient
-        note: '...'                       # optional: a note the diagnosis carries when the row decides
+        quality: insufficient             # quality: what the row gives
+        note: '...'                       # optional: a note the diagnosis carries when the row holds
+                                          # ([ on {node}]: the cause's node, left out when unknown)
       - quality: confirmed               # a row without `when` always holds: the last row
-    tests:                                # input lines (a logs layout) and the quality expected
+    tests:                                # input lines (a logs layout) and what is expected
       - name: ...
         job: {state: CANCELLED}           # job.json fields over the relations' tests' default
         input: {slurm-77.out: '...'}
-        expect: {quality: likely}
+        expect: {quality: likely}         # or {culprits: [gpu03]}
+
+A culprits row names a finder (engine/culprits.py) instead of a quality: `by: failed_nodes`; with
+`or_next: true` the next row is read when the finder names nobody; a row with a note and no `by`
+only adds its note.  The first row that decides, decides.
 
 The bundled `rules/policies/<name>.yaml`; a site rule folder's `policies/<name>.yaml` replaces it.
 """
@@ -41,7 +48,7 @@ from slurm_attrib.paths import bundled_dir
 from slurm_attrib.ruleset.relations import EventMatch, Strict
 
 POLICIES_FOLDER = "policies"  # inside each rule folder
-POLICIES = ("quality",)  # the policies the judgement reads, one file each
+POLICIES = ("culprits", "quality")  # the policies the judgement reads, one file each
 QUALITIES = ("confirmed", "likely", "ambiguous", "insufficient")
 
 
@@ -52,6 +59,7 @@ class When(Strict):
     culprits: bool | None = None
     job_started: bool | None = None
     job_state_not: list[str] = []
+    job_nodes: int | None = Field(default=None, ge=0)
     text: str | None = None
 
     @field_validator("text")
@@ -70,30 +78,45 @@ class When(Strict):
 class Row(Strict):
     name: str = ""
     when: When | None = None  # none: the row always holds
-    quality: Literal["confirmed", "likely", "ambiguous", "insufficient"]
+    quality: Literal["confirmed", "likely", "ambiguous", "insufficient"] | None = None
+    by: str | None = None  # culprits: the finder (engine/culprits.py FINDERS)
+    or_next: bool = False  # culprits: when the finder names nobody, the next row is read
     note: str = ""
+
+    @property
+    def decides(self) -> bool:
+        return self.quality is not None or (self.by is not None and not self.or_next)
 
 
 class PolicyTest(Strict):
     name: str
     job: dict[str, Any] = {}
     input: dict[str, str] = Field(min_length=1)
-    expect: dict[Literal["quality"], Literal["confirmed", "likely", "ambiguous", "insufficient"]]
+    expect: dict[Literal["quality", "culprits"], Any]
 
 
 class Policy(Strict):
     id: str = Field(pattern=r"^pol\.[a-z0-9_]+$")
+    decides: Literal["quality", "culprits"]
     description: str
     references: list[str] = Field(min_length=1)
     rows: list[Row] = Field(min_length=1)
     tests: list[PolicyTest] = Field(min_length=2)
 
     @model_validator(mode="after")
-    def _ends_with_a_row_that_always_holds(self) -> "Policy":
-        if self.rows[-1].when is not None:
-            raise ValueError("the last row has no `when`: some row always decides")
-        if any(row.when is None for row in self.rows[:-1]):
-            raise ValueError("only the last row may go without `when` (the rows after it could never decide)")
+    def _rows_fit_and_one_always_decides(self) -> "Policy":
+        for row in self.rows:
+            if self.decides == "quality" and (row.quality is None or row.by is not None or row.or_next):
+                raise ValueError(f"row {row.name!r}: a quality row gives a `quality`, no `by`")
+            if self.decides == "culprits" and (row.quality is not None or (row.by is None and not row.note)):
+                raise ValueError(f"row {row.name!r}: a culprits row names a finder (`by`) or adds a `note`")
+        last = self.rows[-1]
+        if last.when is not None or not last.decides:
+            raise ValueError("the last row has no `when` and decides: some row always decides")
+        if any(row.when is None and row.decides for row in self.rows[:-1]):
+            raise ValueError("only the last row may decide without `when` (the rows after it could never decide)")
+        if any(set(t.expect) != {self.decides} for t in self.tests):
+            raise ValueError(f"each test expects the {self.decides}")
         return self
 
 
