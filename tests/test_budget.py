@@ -127,8 +127,14 @@ def test_an_interrupted_caller_takes_the_child_with_it(tmp_path):
             time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGINT)
 
+    # Python turns SIGINT into KeyboardInterrupt only when it started with SIGINT at its default:
+    # a suite started in the background of a non-interactive shell inherits it ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=interrupt_when_started, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        run_within(Budget(seconds=60), writes_its_pid_then_sleeps, pid_file, 60)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_within(Budget(seconds=60), writes_its_pid_then_sleeps, pid_file, 60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     with pytest.raises(ProcessLookupError):  # killed and reaped
         os.kill(int(pid_file.read_text()), 0)
