@@ -343,12 +343,11 @@ def follows_the_cause(ordered: list[Event], is_cause: Callable[[Event], bool],
     cause = chosen[0]
     edges = []
     for effect in ordered:
-        if effect is cause or not is_effect(effect) or effect.explained_by is not None:
+        if effect is cause or effect.explained_by is not None or not is_effect(effect):
             continue
-        elsewhere = effect.node is not None and cause.node is not None and effect.node != cause.node
-        stronger = effect.strength > cause.strength and effect.node != cause.node
-        if effect.role == "cause" and (stronger or (elsewhere and effect.strength >= 3)):
-            continue
+        if effect.role == "cause" and effect.node != cause.node and (
+                effect.strength > cause.strength or (effect.strength >= 3 and effect.node is not None and cause.node is not None)):
+            continue  # stronger, or at strength 3 on another node: it stands on its own
         if explains(cause, effect):
             edges.append((cause, effect))
     return edges

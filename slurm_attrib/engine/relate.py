@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -51,7 +51,8 @@ def relations(rule_dirs: tuple[Path, ...] = ()) -> tuple[Relation, ...]:
 
 def matches(match: EventMatch, event: Event) -> bool:
     return (
-        (not match.rule or event.rule_id in match.rule)
+        (match.chosen is None or event.chosen == match.chosen)  # first: one event of a job is chosen
+        and (not match.rule or event.rule_id in match.rule)
         and (not match.type or event.type in match.type)
         and event.type not in match.not_type
         and (not match.role or event.role in match.role)
@@ -64,12 +65,12 @@ def matches(match: EventMatch, event: Event) -> bool:
         and (match.trusted is None or event.trusted == match.trusted)
         and (match.timed is None or (event.time is not None) == match.timed)
         and (match.placed is None or (event.node is not None) == match.placed)
-        and all(event.fields.get(name) is not None for name in match.present)
-        and all(key in event.notes for key in match.noted)
-        and not any(key in event.notes for key in match.not_noted)
-        and all(event.fields.get(name) in allowed for name, allowed in match.fields.items())
-        and not any(event.fields.get(name) in barred for name, barred in match.not_fields.items())
-        and (match.chosen is None or event.chosen == match.chosen)
+        # the lists are empty for most matchers: not even a generator is built for them
+        and (not match.present or all(event.fields.get(name) is not None for name in match.present))
+        and (not match.noted or all(key in event.notes for key in match.noted))
+        and (not match.not_noted or not any(key in event.notes for key in match.not_noted))
+        and (not match.fields or all(event.fields.get(name) in allowed for name, allowed in match.fields.items()))
+        and (not match.not_fields or not any(event.fields.get(name) in barred for name, barred in match.not_fields.items()))
     )
 
 
@@ -77,22 +78,40 @@ class _Candidates:
     """The events a matcher can hold for, by the types, rules or roles it names (relations read every
     event of a 32,768-rank job once each otherwise), in the events' own order.  Roles are those the
     events had when indexed: while an index is in use only _demote changes a role, and only down
-    DEMOTION, so a role's candidates are the events that had it or a stronger one."""
+    DEMOTION, so a role's candidates are the events that had it or a stronger one.  Each index is
+    built when first asked for."""
 
     def __init__(self, events: list[Event]):
         self.events = events
-        self.by_type: dict[str, list[int]] = defaultdict(list)
-        self.by_rule: dict[str, list[int]] = defaultdict(list)
-        self.by_role: dict[str, list[int]] = defaultdict(list)
-        for position, event in enumerate(events):
-            self.by_type[event.type].append(position)
-            self.by_rule[event.rule_id].append(position)
-            self.by_role[event.role].append(position)
+
+    def _index(self, key: Callable[[Event], str]) -> dict[str, list[int]]:
+        found: dict[str, list[int]] = defaultdict(list)
+        for position, event in enumerate(self.events):
+            found[key(event)].append(position)
+        return found
+
+    @cached_property
+    def by_type(self) -> dict[str, list[int]]:
+        return self._index(lambda e: e.type)
+
+    @cached_property
+    def by_rule(self) -> dict[str, list[int]]:
+        return self._index(lambda e: e.rule_id)
+
+    @cached_property
+    def by_role(self) -> dict[str, list[int]]:
+        return self._index(lambda e: e.role)
+
+    @cached_property
+    def chosen(self) -> list[int]:
+        return [position for position, event in enumerate(self.events) if event.chosen]
 
     def of(self, *matchers: EventMatch) -> list[Event]:
         positions: set[int] = set()
         for match in matchers:
-            if match.rule:
+            if match.chosen:
+                positions.update(self.chosen)
+            elif match.rule:
                 positions.update(p for rule in match.rule for p in self.by_rule.get(rule, ()))
             elif match.type:
                 positions.update(p for kind in match.type for p in self.by_type.get(kind, ()))
@@ -319,22 +338,31 @@ def explain(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, .
     all have been read.  An effect several edges reach is explained by the earliest cause (then
     the relation id), and records every relation that reached it.  link: the relations whose
     cause is the chosen one (`chosen: true`), once the ranking chose it; else the others."""
-    into: dict[int, list[tuple[Event, Event, Relation]]] = defaultdict(list)
+    first: dict[int, tuple[Event, Event, Relation]] = {}  # per effect, its first edge ...
+    more: dict[int, list[tuple[Event, Event, Relation]]] = {}  # ... and all, when several reach it
     candidates = _Candidates(events)
     for relation in relations(rule_dirs):
         if relation.kind != "explains" or bool(relation.cause.chosen) != link:
             continue
         for cause, effect in _edges(relation, candidates.of(relation.cause, relation.effect)):
-            into[id(effect)].append((cause, effect, relation))
-    for edges in into.values():
-        edges.sort(key=lambda edge: (edge[0].sort_key, edge[2].id))
-        cause, effect, chosen = edges[0]
+            edge, key = (cause, effect, relation), id(effect)
+            if key not in first:
+                first[key] = edge
+            else:
+                more.setdefault(key, [first[key]]).append(edge)
+    for key, edge in first.items():
+        edges = more.get(key)
+        if edges is not None:
+            edges.sort(key=lambda e: (e[0].sort_key, e[2].id))
+            edge = edges[0]
+        cause, effect, chosen = edge
         if chosen.cause_set is not None:
             _set_cause(chosen, cause, effect)
         effect.explained_by = cause
         if effect.role == "cause":  # an effect with an incoming edge is its cause's symptom
             effect.role = "symptom"
-        for relation in sorted({edge[2].id: edge[2] for edge in edges}.values(), key=lambda r: r.id):
+        reached = [chosen] if edges is None else sorted({e[2].id: e[2] for e in edges}.values(), key=lambda r: r.id)
+        for relation in reached:
             if relation.note:
                 effect.notes[relation.note] = relation.says
             effect.decided_by.append(relation.id)
@@ -357,11 +385,14 @@ def _set_cause(relation: Relation, cause: Event, effect: Event) -> None:
 
 def _edges(relation: Relation, events: list[Event]) -> list[tuple[Event, Event]]:
     (name, parameters), = relation.check.items()
-    is_cause: Callable[[Event], bool] = lambda e: matches(relation.cause, e)
-    is_effect: Callable[[Event], bool] = lambda e: matches(relation.effect, e)
+    # Each event's matchers read once: the checks ask again for every pair they weigh.
+    causes = {id(e) for e in events if matches(relation.cause, e)}
+    effects = {id(e) for e in events if matches(relation.effect, e)}
+    is_cause: Callable[[Event], bool] = lambda e: id(e) in causes
+    is_effect: Callable[[Event], bool] = lambda e: id(e) in effects
     groups: dict[tuple, list[Event]] = defaultdict(list)
     for event in events:
-        if is_cause(event) or is_effect(event) or _among(relation, event):
+        if id(event) in causes or id(event) in effects or _among(relation, event):
             groups[tuple(_group_value(event, key) for key in relation.scope)].append(event)
     found = []
     for members in groups.values():

@@ -244,10 +244,14 @@ class Scanner:
         for rule, finder in self._ends:
             if kind not in rule.rule.sources:
                 continue
-            first = self._first_hit(rule, finder, data, kind, begin, min(end, begin + ENDS_REACH), first_line) \
-                if ends in ("first", "both") else None
-            last = self._last_hit(rule, finder, data, max(begin, end - ENDS_REACH), end, begin, first_line) \
-                if ends in ("last", "both") else None
+            first_end, last_begin = min(end, begin + ENDS_REACH), max(begin, end - ENDS_REACH)
+            first = last = None
+            if ends in ("first", "both") and _holds_a_literal(data, begin, first_end, rule.rule):
+                first = self._first_hit(rule, finder, data, kind, begin, first_end, first_line)
+            if ends == "both" and first_end == end:  # one search read the whole region: the last is after the first
+                last_begin = end if first is None else max(last_begin, first.offset)
+            if ends in ("last", "both") and last_begin < end and _holds_a_literal(data, last_begin, end, rule.rule):
+                last = self._last_hit(rule, finder, data, last_begin, end, begin, first_line)
             found += [h for h in (first, last) if h is not None]
             if first is not None and last is not None and first.offset == last.offset:
                 found.pop()
@@ -371,6 +375,14 @@ class Scanner:
         if event.hook:
             hit = HOOKS[event.hook](hit)
         return hit
+
+
+def _holds_a_literal(data: bytes, begin: int, end: int, rule: Rule) -> bool:
+    """Whether data[begin:end] holds one of the rule's literals: a line a rule matches holds one (the
+    contract of `match.contains`), and a search for a literal costs far less than the regex's."""
+    if rule.match.ignore_case:
+        return True  # the regex decides (no rule read at the ends folds case today)
+    return any(data.find(literal.encode(), begin, end) >= 0 for literal in rule.match.contains)
 
 
 class Regex:
