@@ -331,12 +331,17 @@ def _crash_followed(c: Event, crash: Event, reach: int) -> bool:
     return same_file_earlier and crash.order[1] - c.order[1] <= reach
 
 
+HARDWARE_DOMAINS = ("gpu", "network", "host")
+
+
 def follows_the_cause(ordered: list[Event], is_cause: Callable[[Event], bool],
                       is_effect: Callable[[Event], bool]) -> list[tuple[Event, Event]]:
     """The chosen cause explains each effect not yet explained that it can by time
     (correlate.explains: it came first, within skew and an hour, or inside a timeout's stall),
-    except causes on other nodes that stand on their own: a stronger one, and one at strength 3
-    (a kernel-recorded hardware fault there is a rival or an alternative)."""
+    except causes that stand on their own: on other nodes a stronger one and one at strength 3 (a
+    kernel-recorded hardware fault there is a rival or an alternative), and anywhere a
+    kernel-recorded hardware fault after a program's failure (which does not break a DIMM or a
+    GPU; a filesystem's LBUG may well panic the kernel)."""
     chosen = [e for e in ordered if is_cause(e)]
     if len(chosen) != 1:
         return []
@@ -348,6 +353,8 @@ def follows_the_cause(ordered: list[Event], is_cause: Callable[[Event], bool],
         if effect.role == "cause" and effect.node != cause.node and (
                 effect.strength > cause.strength or (effect.strength >= 3 and effect.node is not None and cause.node is not None)):
             continue  # stronger, or at strength 3 on another node: it stands on its own
+        if effect.role == "cause" and effect.trusted and effect.domain in HARDWARE_DOMAINS and cause.domain == "application":
+            continue
         if explains(cause, effect):
             edges.append((cause, effect))
     return edges

@@ -87,7 +87,7 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float],
     peer = blamed_peer(events) if primary.category == "transport_error" and not primary.trusted else []
     verdict.systemic = not peer and _is_systemic(candidates, primary)
     verdict.culprits = culprits_of(CulpritContext(verdict, events, job, nodes_without_logs, last_seen), rule_dirs)
-    row = quality_row(verdict, job, rule_dirs)
+    row = quality_row(verdict, job, events, rule_dirs)
     verdict.quality = row.quality
     if row.note:
         verdict.notes.append(row.note)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slurm_attrib.engine.culprits import FINDERS, CulpritContext
+from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.reconcile import job_state
 from slurm_attrib.engine.relate import fill, matches
 from slurm_attrib.errors import RuleError
@@ -19,9 +20,9 @@ if TYPE_CHECKING:
     from slurm_attrib.engine.verdict import Verdict
 
 
-def quality_row(verdict: Verdict, job: JobContext, rule_dirs: tuple[Path, ...] = ()) -> Row:
+def quality_row(verdict: Verdict, job: JobContext, events: list[Event], rule_dirs: tuple[Path, ...] = ()) -> Row:
     """The row of pol.quality that decides the verdict's quality (its cause chosen, culprits named)."""
-    return next(row for row in policy("quality", rule_dirs).rows if holds(row.when, verdict, job))
+    return next(row for row in policy("quality", rule_dirs).rows if holds(row.when, verdict, job, events))
 
 
 def culprits_of(found: CulpritContext, rule_dirs: tuple[Path, ...] = ()) -> list[str]:
@@ -29,7 +30,7 @@ def culprits_of(found: CulpritContext, rule_dirs: tuple[Path, ...] = ()) -> list
     the notes of the rows read on the way go to the verdict."""
     verdict = found.verdict
     for row in policy("culprits", rule_dirs).rows:
-        if not holds(row.when, verdict, found.job):
+        if not holds(row.when, verdict, found.job, found.events):
             continue
         if row.note:
             verdict.notes.append(fill(row.note, {"node": verdict.primary.node}))
@@ -50,7 +51,7 @@ def policy(name: str, rule_dirs: tuple[Path, ...] = ()) -> Policy:
     return loaded
 
 
-def holds(when: When | None, verdict: Verdict, job: JobContext) -> bool:
+def holds(when: When | None, verdict: Verdict, job: JobContext, events: list[Event]) -> bool:
     if when is None:
         return True
     primary = verdict.primary
@@ -63,4 +64,12 @@ def holds(when: When | None, verdict: Verdict, job: JobContext) -> bool:
         and (job_state(job) not in when.job_state_not)
         and (when.job_nodes is None or len(job.nodes) == when.job_nodes)
         and (when.text is None or (primary is not None and compiled(when.text).search(primary.text) is not None))
+        and (when.other_causes is None or _other_causes(primary, events) == when.other_causes)
     )
+
+
+def _other_causes(primary: Event | None, events: list[Event]) -> bool:
+    """Another cause, of another domain, that the chosen one does not explain: evidence in the
+    bundle that points elsewhere."""
+    return primary is not None and any(
+        e.role == "cause" and e is not primary and e.explained_by is None and e.domain != primary.domain for e in events)

@@ -18,6 +18,7 @@ policies: each a list of rows, a condition on the verdict and what follows from 
           job_state_not: [CANCELLED]      # Slurm's state is none of these (unknown counts as none)
           job_nodes: 1                    # the job's record lists this many nodes (0: none)
           text: '(?i)\\bmight\\b'           # RE2, searched in the cause's line
+          other_causes: true              # another cause of another domain it does not explain
         quality: insufficient             # quality: what the row gives
         note: '...'                       # optional: a note the diagnosis carries when the row holds
                                           # ([ on {node}]: the cause's node, left out when unknown)
@@ -61,6 +62,7 @@ class When(Strict):
     job_state_not: list[str] = []
     job_nodes: int | None = Field(default=None, ge=0)
     text: str | None = None
+    other_causes: bool | None = None  # another cause, of another domain, that the chosen one does not explain
 
     @field_validator("text")
     @classmethod
