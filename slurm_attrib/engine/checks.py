@@ -25,6 +25,7 @@ from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.jobwindow import BEFORE, INSIDE, WINDOW_SLACK_AFTER, WINDOW_SLACK_BEFORE, window_side
 from slurm_attrib.engine.reconcile import SCHEDULER_STATES, SIGTERM, exit_signal, job_state
 from slurm_attrib.ingest.types import Evidence, JobContext
+from slurm_attrib.vocab import DRAINABLE_DOMAINS
 
 
 @dataclass
@@ -331,9 +332,6 @@ def _crash_followed(c: Event, crash: Event, reach: int) -> bool:
     return same_file_earlier and crash.order[1] - c.order[1] <= reach
 
 
-HARDWARE_DOMAINS = ("gpu", "network", "host")
-
-
 def follows_the_cause(ordered: list[Event], is_cause: Callable[[Event], bool],
                       is_effect: Callable[[Event], bool]) -> list[tuple[Event, Event]]:
     """The chosen cause explains each effect not yet explained that it can by time
@@ -353,7 +351,7 @@ def follows_the_cause(ordered: list[Event], is_cause: Callable[[Event], bool],
         if effect.role == "cause" and effect.node != cause.node and (
                 effect.strength > cause.strength or (effect.strength >= 3 and effect.node is not None and cause.node is not None)):
             continue  # stronger, or at strength 3 on another node: it stands on its own
-        if effect.role == "cause" and effect.trusted and effect.domain in HARDWARE_DOMAINS and cause.domain == "application":
+        if effect.role == "cause" and effect.trusted and effect.domain in DRAINABLE_DOMAINS and cause.domain == "application":
             continue
         if explains(cause, effect):
             edges.append((cause, effect))
