@@ -46,6 +46,7 @@ from pydantic import Field, field_validator, model_validator
 
 from slurm_attrib.errors import RuleError
 from slurm_attrib.paths import bundled_dir
+from slurm_attrib.ruleset.cache import cached
 from slurm_attrib.ruleset.relations import EventMatch, Strict
 
 POLICIES_FOLDER = "policies"  # inside each rule folder
@@ -124,11 +125,16 @@ class Policy(Strict):
 
 @cache
 def load_policy(name: str, rule_dirs: tuple[Path, ...] = ()) -> Policy:
-    """rules/policies/<name>.yaml, or the last site folder's file of that name."""
-    from slurm_attrib.ruleset.loader import yaml_and_loader
-
+    """rules/policies/<name>.yaml, or the last site folder's file of that name.  Cached like the
+    rule pack, keyed by the file and this module (a warm cache reads no YAML)."""
     path = next((p for p in (Path(d) / POLICIES_FOLDER / f"{name}.yaml" for d in reversed(rule_dirs)) if p.is_file()),
                 bundled_dir("rules") / POLICIES_FOLDER / f"{name}.yaml")
+    return cached(f"policy-{name}", [Path(__file__), path], lambda: _read_policy(path), lambda value: isinstance(value, Policy))
+
+
+def _read_policy(path: Path) -> Policy:
+    from slurm_attrib.ruleset.loader import yaml_and_loader
+
     yaml, loader = yaml_and_loader()
     try:
         raw = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
