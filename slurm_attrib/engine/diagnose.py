@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from slurm_attrib.engine import assemble, correlate, reconcile, relate
 from slurm_attrib.engine.checks import COMPLETION_MARKERS, JudgeContext, stalled_progress, tolerance
-from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.culprits import CulpritContext, blamed_peer
+from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
 from slurm_attrib.engine.policy import culprits_of, quality_row
 from slurm_attrib.engine.timefmt import iso
