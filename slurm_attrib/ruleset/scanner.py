@@ -247,7 +247,7 @@ class Scanner:
             first_end, last_begin = min(end, begin + ENDS_REACH), max(begin, end - ENDS_REACH)
             first = last = None
             if ends in ("first", "both") and _holds_a_literal(data, begin, first_end, rule.rule):
-                first = self._first_hit(rule, finder, data, kind, begin, first_end, first_line)
+                first = self._first_hit(rule, finder, data, begin, first_end, first_line)
             if ends == "both" and first_end == end:  # one search read the whole region: the last is after the first
                 last_begin = end if first is None else max(last_begin, first.offset)
             if ends in ("last", "both") and last_begin < end and _holds_a_literal(data, last_begin, end, rule.rule):
@@ -257,8 +257,7 @@ class Scanner:
                 found.pop()
         return found
 
-    def _first_hit(self, rule: CompiledRule, finder, data: bytes, kind: str, begin: int, end: int,
-                   first_line: int) -> Hit | None:
+    def _first_hit(self, rule: CompiledRule, finder, data: bytes, begin: int, end: int, first_line: int) -> Hit | None:
         position = begin
         for _ in range(ENDS_TRIES):
             found = finder.search(data, position, end)
