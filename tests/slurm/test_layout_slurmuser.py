@@ -142,3 +142,33 @@ def test_a_failed_analysis_is_told_to_its_owner_only(site):
     assert shown.stderr == f"sattrib: job {job}: analysis failed (MemoryError in the rule scan); ask an administrator\n"
     other = _as(OTHER_USER, cluster, d, "-m", "slurm_attrib", "show", job)
     assert other.returncode != 7 and "MemoryError" not in other.stderr, other.stderr
+
+
+def test_a_hook_whose_python_cannot_start_tells_the_owner_the_analysis_failed(site):
+    """EpilogSlurmctld as slurm with an interpreter that does not exist: the shell wrapper alone
+    records the failure (hook-failures.log, and status.json, which slurm cannot give to the owner:
+    readable by all, holding only why no analysis ran); the owner's `sattrib show` says so (exit 7)
+    instead of "pending" forever."""
+    cluster, d = site
+    job = "999124"
+    owner = pwd.getpwnam(cluster.test_user).pw_uid
+    env = {"PATH": "/usr/bin:/bin", "SATTRIB_CONFIG": str(d / "config.yaml"), "SATTRIB_PYTHON": "/nonexistent/python3",
+           "SLURM_JOB_ID": job, "SLURM_JOB_UID": str(owner), "SLURM_CONF": cluster.conf}
+    hook = d / "etc" / "sattrib-epilog-ctld"
+    ran = subprocess.run(["runuser", "-u", "slurm", "--", "env", *(f"{k}={v}" for k, v in env.items()), str(hook)],
+                         capture_output=True, text=True, timeout=60, cwd="/tmp")
+    assert ran.returncode == 0, ran.stderr  # a hook always exits 0
+
+    status = d / "results" / job / "status.json"
+    slurm = pwd.getpwnam("slurm").pw_uid
+    assert (status.stat().st_uid, status.stat().st_mode & 0o7777) == (slurm, 0o644)
+    assert status.parent.stat().st_mode & 0o7777 == 0o755
+    recorded = json.loads(status.read_text())
+    assert recorded["status"] == "failed" and recorded["hook"] == "sattrib-epilog-ctld"
+    assert recorded["reason"].startswith("interpreter /nonexistent/python3 exit 127")
+    assert f"job {job} " in (d / "results" / "hook-failures.log").read_text()
+
+    shown = _as(cluster.test_user, cluster, d, "-m", "slurm_attrib", "show", job)
+    assert shown.returncode == 7, shown.stderr
+    assert shown.stderr.startswith(f"sattrib: job {job}: analysis failed (interpreter /nonexistent/python3 exit 127")
+    assert shown.stderr.rstrip().endswith("ask an administrator")
