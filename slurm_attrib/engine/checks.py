@@ -191,6 +191,19 @@ SUPPRESS_CHECKS: dict[str, Callable[..., str | None]] = {"outside_job_window": o
 
 # -- explains --------------------------------------------------------------------------------------
 
+def _first_cause_of_each(ordered: list[Event], causes: list[Event], is_effect: Callable[[Event], bool],
+                         explains_it: Callable[[Event, Event], bool]) -> list[tuple[Event, Event]]:
+    """Each effect (in `ordered`) with the first of `causes`, in their order, that is another
+    event and for which explains_it(cause, effect) holds: the shape of most explains checks."""
+    edges = []
+    for effect in ordered:
+        if is_effect(effect):
+            cause = next((c for c in causes if c is not effect and explains_it(c, effect)), None)
+            if cause is not None:
+                edges.append((cause, effect))
+    return edges
+
+
 def same_burst(ordered: list[Event], is_cause: Callable[[Event], bool], is_effect: Callable[[Event], bool],
                silence: float) -> list[tuple[Event, Event]]:
     """A burst runs until `silence` seconds pass without an event (of those ordered); its first
@@ -214,14 +227,8 @@ def cause_first(ordered: list[Event], is_cause: Callable[[Event], bool], is_effe
     """Each timed effect is explained by the first timed cause no later than it, `skew` seconds of
     clock difference allowed (a job record's end is whole seconds, a slurmd line has milliseconds)."""
     causes = [e for e in ordered if is_cause(e) and e.time is not None]
-    edges = []
-    for effect in ordered:
-        if not is_effect(effect) or effect.time is None:
-            continue
-        earlier = [c for c in causes if c is not effect and c.time <= effect.time + skew]
-        if earlier:
-            edges.append((earlier[0], effect))
-    return edges
+    return _first_cause_of_each(ordered, causes, lambda e: is_effect(e) and e.time is not None,
+                                lambda c, effect: c.time <= effect.time + skew)
 
 
 def nearest_lines(ordered: list[Event], is_cause: Callable[[Event], bool], is_effect: Callable[[Event], bool],
@@ -230,15 +237,9 @@ def nearest_lines(ordered: list[Event], is_cause: Callable[[Event], bool], is_ef
     before or after it (`only_before`: before it; `only_after`: after it): lines printed together,
     whatever their times."""
     causes = sorted((e for e in ordered if is_cause(e)), key=lambda e: e.order)
-    edges = []
-    for effect in ordered:
-        if is_effect(effect):
-            near = [c for c in causes if c is not effect and c.order[0] == effect.order[0]
-                    and abs(c.order[1] - effect.order[1]) <= reach and not (only_before and c.order[1] >= effect.order[1])
-                    and not (only_after and c.order[1] <= effect.order[1])]
-            if near:
-                edges.append((near[0], effect))
-    return edges
+    return _first_cause_of_each(ordered, causes, is_effect, lambda c, effect: (
+        c.order[0] == effect.order[0] and abs(c.order[1] - effect.order[1]) <= reach
+        and not (only_before and c.order[1] >= effect.order[1]) and not (only_after and c.order[1] <= effect.order[1])))
 
 
 def near_in_time(ordered: list[Event], is_cause: Callable[[Event], bool], is_effect: Callable[[Event], bool],
@@ -247,14 +248,8 @@ def near_in_time(ordered: list[Event], is_cause: Callable[[Event], bool], is_eff
     record of a fault dmesg and syslog both hold) at most `seconds` before or after it; an untimed
     cause or effect counts as near (the same fault reported twice, its times unknown)."""
     causes = sorted((e for e in ordered if is_cause(e)), key=lambda e: e.order)
-    edges = []
-    for effect in ordered:
-        if is_effect(effect):
-            near = [c for c in causes if c is not effect
-                    and (c.time is None or effect.time is None or abs(c.time - effect.time) <= seconds)]
-            if near:
-                edges.append((near[0], effect))
-    return edges
+    return _first_cause_of_each(ordered, causes, is_effect, lambda c, effect: (
+        c.time is None or effect.time is None or abs(c.time - effect.time) <= seconds))
 
 
 def any_time(ordered: list[Event], is_cause: Callable[[Event], bool],
@@ -299,29 +294,17 @@ def earlier_on_the_same_component(ordered: list[Event], is_cause: Callable[[Even
     """Time before strength: each effect is explained by the first cause on the same component that
     came clearly before it (or, neither timed, earlier in the same file within `reach` lines), from
     sources no less trusted."""
-    causes = [e for e in ordered if is_cause(e)]
-    edges = []
-    for effect in ordered:
-        if is_effect(effect):
-            earlier = next((c for c in causes if c is not effect and c.trusted >= effect.trusted and _same_component(c, effect)
-                            and (_clearly_earlier(c, effect) or _earlier_in_the_same_file(c, effect, reach))), None)
-            if earlier is not None:
-                edges.append((earlier, effect))
-    return edges
+    return _first_cause_of_each(ordered, [e for e in ordered if is_cause(e)], is_effect, lambda c, effect: (
+        c.trusted >= effect.trusted and _same_component(c, effect)
+        and (_clearly_earlier(c, effect) or _earlier_in_the_same_file(c, effect, reach))))
 
 
 def crash_after_the_fault(ordered: list[Event], is_cause: Callable[[Event], bool],
                           is_effect: Callable[[Event], bool], reach: int = 20) -> list[tuple[Event, Event]]:
     """Each effect (a process killed by a signal) is explained by the first cause before it: by time,
     or at the same time and earlier in the same file, or (untimed) within `reach` lines before it."""
-    causes = [e for e in ordered if is_cause(e)]
-    edges = []
-    for effect in ordered:
-        if is_effect(effect):
-            earlier = next((c for c in causes if c is not effect and _crash_followed(c, effect, reach)), None)
-            if earlier is not None:
-                edges.append((earlier, effect))
-    return edges
+    return _first_cause_of_each(ordered, [e for e in ordered if is_cause(e)], is_effect,
+                                lambda c, effect: _crash_followed(c, effect, reach))
 
 
 def _crash_followed(c: Event, crash: Event, reach: int) -> bool:
