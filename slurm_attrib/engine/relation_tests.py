@@ -68,15 +68,18 @@ def check_policy(policy: Policy, rule_dirs: tuple[Path, ...] = ()) -> list[Relat
     (its quality, its culprit nodes)."""
     failures = []
     for test in policy.tests:
-        got, expected = policy_outcome(policy, judged(test, rule_dirs)[0]), _listed(test.expect[policy.decides])
+        got, expected = policy_outcome(policy, judged(test, rule_dirs)[0]), expected_outcome(policy, test)
         if got != expected:
             failures.append(RelationFailure(policy.id, test.name, expected, got))
     return failures
 
 
 def policy_outcome(policy: Policy, diagnosis: Diagnosis) -> list[str]:
+    """What a diagnosis says of what the policy decides: its culprit nodes (sorted) or [its quality]."""
     return sorted(diagnosis.culprit_nodes) if policy.decides == "culprits" else [diagnosis.quality]
 
 
-def _listed(expected) -> list[str]:
+def expected_outcome(policy: Policy, test: PolicyTest) -> list[str]:
+    """What the test expects, in policy_outcome's form."""
+    expected = test.expect[policy.decides]
     return sorted(expected) if isinstance(expected, list) else [expected]

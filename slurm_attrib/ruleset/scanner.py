@@ -275,14 +275,15 @@ class Scanner:
     def _last_hit(self, rule: CompiledRule, finder, data: bytes, low: int, end: int, begin: int,
                   first_line: int) -> Hit | None:
         """The last line of data[low:end] the rule matches: looked for in a short tail first (a
-        file of progress lines holds thousands), then in tails 4 times longer."""
-        tail, tries = ENDS_FIRST_TAIL, 0
+        file of progress lines holds thousands), then in tails 4 times longer; a line a shorter
+        tail tried is not tried again."""
+        tail, tries, tried_from = ENDS_FIRST_TAIL, 0, end
         while True:
             reached_low = end - tail <= low
             start_at = max(low, end - tail)
             if start_at > begin:  # from the next whole line
                 start_at = data.find(b"\n", start_at - 1, end) + 1 or end
-            starts = [found.start() for found in finder.finditer(data, start_at, end)]
+            starts = [found.start() for found in finder.finditer(data, start_at, end) if found.start() < tried_from]
             for position in reversed(starts):
                 start = max(data.rfind(b"\n", begin, position) + 1, begin)
                 hit = self._hit_at(rule, data, start, begin, first_line)
@@ -293,7 +294,7 @@ class Scanner:
                     return None
             if reached_low:
                 return None
-            tail *= 4
+            tried_from, tail = start_at, tail * 4
 
     def _hit_at(self, rule: CompiledRule, data: bytes, start: int, begin: int, first_line: int) -> Hit | None:
         line, line_bytes = _line_at(data, start)
