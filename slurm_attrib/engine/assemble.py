@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from slurm_attrib.engine.events import OTHER_READING, Event
+from slurm_attrib.engine.events import OTHER_READING, Event, ranks_of
 from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.ingest.types import JobContext
 from slurm_attrib.model import Cause, EvidenceLine, Gpu, Link, Outcome, SymptomGroup, TimelineEntry
@@ -133,7 +133,7 @@ def symptom_groups(events: list[Event]) -> list[SymptomGroup]:
             groups[(event.type, event.rule_id)].append(event)
     result = []
     for (kind, rule_id), members in groups.items():
-        times = sorted(e.time for e in members if e.time is not None)
+        times = sorted(moment for e in members for moment in (e.time, e.last_time) if moment is not None)
         explained = Counter(e.explained_by.rule_id for e in members if e.explained_by)
         result.append(
             SymptomGroup(
@@ -141,7 +141,7 @@ def symptom_groups(events: list[Event]) -> list[SymptomGroup]:
                 rule=rule_id,
                 count=sum(e.repeats for e in members),
                 nodes=sorted({e.node for e in members if e.node}),
-                ranks=sorted({e.rank for e in members if e.rank is not None}),
+                ranks=sorted({rank for e in members for rank in ranks_of(e)}),
                 first=iso(times[0]) if times else None,
                 last=iso(times[-1]) if times else None,
                 explained_by=explained.most_common(1)[0][0] if explained else None,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from slurm_attrib.engine.correlate import EXPLAIN_HORIZON, HANG_TYPES, INHERITED_SKEW, SKEW, explains
-from slurm_attrib.engine.events import Event
+from slurm_attrib.engine.events import Event, ranks_of
 from slurm_attrib.engine.jobwindow import BEFORE, INSIDE, WINDOW_SLACK_AFTER, WINDOW_SLACK_BEFORE, window_side
 from slurm_attrib.engine.reconcile import SCHEDULER_STATES, SIGTERM, exit_signal, job_state
 from slurm_attrib.ingest.types import Evidence, JobContext
@@ -359,7 +359,7 @@ def values_differ(members: list[Event], context: JudgeContext, field: str) -> tu
         by_value[str(event.fields[field]).upper()].append(event)
     if len(by_value) < 2:
         return None
-    each = "; ".join(f"{value} on rank(s) {', '.join(str(e.rank) for e in group if e.rank is not None) or '?'}"
+    each = "; ".join(f"{value} on rank(s) {', '.join(str(rank) for e in group for rank in ranks_of(e)) or '?'}"
                      for value, group in sorted(by_value.items()))
     return members, {"each": each}
 
@@ -388,12 +388,12 @@ def waiting_for_rank_zero(members: list[Event], context: JudgeContext, max_seq: 
     `seq` name them."""
     ranked = [e for e in members if e.rank is not None]
     early = [e for e in ranked if isinstance(e.fields.get("seq"), int) and e.fields["seq"] <= max_seq]
-    if not early or len(early) != len(ranked) or any(e.rank == 0 for e in ranked):
+    if not early or len(early) != len(ranked) or any(0 in ranks_of(e) for e in ranked):
         return None
     if context.evidence is None or not _progress_nearby(context.evidence, early, reach, max_bytes):
         return None  # no sign that rank 0 was still working: a hang at the first collective
     first = min(early, key=lambda e: e.sort_key)
-    return early, {"ranks": ", ".join(str(r) for r in sorted({e.rank for e in early})), "seq": first.fields["seq"]}
+    return early, {"ranks": ", ".join(str(r) for r in sorted({r for e in early for r in ranks_of(e)})), "seq": first.fields["seq"]}
 
 
 # A tqdm progress bar still counting (`Running tokenizer on dataset:   9%|███| 280000/2969526 [29:55<...`).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from slurm_attrib.engine import assemble, correlate, reconcile, relate
 from slurm_attrib.engine.checks import COMPLETION_MARKERS, JudgeContext, stalled_progress, tolerance
 from slurm_attrib.engine.culprits import CulpritContext, blamed_peer
-from slurm_attrib.engine.events import Event
+from slurm_attrib.engine.events import Event, ranks_of
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
 from slurm_attrib.engine.policy import culprits_of, quality_row
 from slurm_attrib.engine.timefmt import iso
@@ -234,8 +234,9 @@ def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:
 def _rank_nodes(events: list[Event]) -> dict[int, str]:
     ranks: dict[int, str] = {}
     for event in sorted(events, key=lambda e: e.order):
-        if event.node and event.rank is not None:
-            ranks.setdefault(event.rank, event.node)
+        if event.node:
+            for rank in ranks_of(event):
+                ranks.setdefault(rank, event.node)
     return ranks
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import threading
@@ -37,6 +38,18 @@ OTHER_READING = "other_reading"
 
 
 @dataclass(slots=True)
+class RankShare:
+    """The lines of one rank in a cascade's event: how many, and the first one's line number in
+    the file (and in the original, for a merged source), time and, when the line names no task or
+    host (its node is known only once ranks map to nodes), text."""
+    lineno: int
+    line: int
+    stamp: Any  # the first line's LineTime while scanning; its placed time (float or None) after
+    text: str | None
+    lines: int = 1
+
+
+@dataclass(slots=True)
 class Event:
     rule_id: str
     title: str
@@ -68,6 +81,7 @@ class Event:
     fallback: bool = False  # from a second-look rule: a lead, not a finding
     repeats: int = 1  # lines this event stands for (a collapsing rule's hits, event.collapse)
     last_time: float | None = None  # with repeats: the time of the last of them, when it has its own
+    ranks: dict[int, RankShare] | None = None  # a cascade's event (rule event.cascade): its ranks' lines
     decided_by: list[str] = field(default_factory=list)  # ids of the relations that changed it, in order
     chosen: bool = False  # the cause the ranking chose: what the link stratum's relations read
 
@@ -120,6 +134,8 @@ def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, fl
     for scan in scans:
         for event, (stamp, stated_at) in zip(scan.events, scan.raw):
             _place_in_time(event, stamp, boots.get(event.node) if event.node else None, stated_at)
+            for share in (event.ranks or {}).values():
+                share.stamp = _place(share.stamp, boots.get(event.node) if event.node else None)[0]
         for event, stamp in scan.last_stamps:
             event.last_time = _place(stamp, boots.get(event.node) if event.node else None)[0]
         _date_from_later_events(scan.events)
@@ -156,18 +172,26 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
                 stamp, inherited = clock.stamp_of(first_line, hit.offset)
                 origin = line_origin(first_line)
             key = None
-            if hit.rule.event.collapse is not None:
+            spec = hit.rule.event
+            if spec.collapse is not None:
                 key = None if inherited else _collapse_key(hit, origin, stamp, job)
-                if key in collapsed:
-                    first = collapsed[key]
-                    first.repeats += 1
-                    last_stamps[id(first)] = (first, stamp)
-                    continue
+            elif spec.cascade is not None:
+                key = _cascade_key(hit, origin, stamp, job)
+            if key in collapsed:
+                first = collapsed[key]
+                first.repeats += 1
+                last_stamps[id(first)] = (first, stamp)
+                if spec.cascade is not None:
+                    _join_cascade(first, hit, origin, source, stamp)
+                continue
             event = _event_from_hit(hit, source, index, first_line, origin, inherited)
             scan.events.append(event)
             scan.raw.append((stamp, hit.fields.get("at")))
             if key is not None:
                 collapsed[key] = event
+                if spec.cascade is not None:
+                    event.ranks = {}
+                    _join_cascade(event, hit, origin, source, stamp)
         scan.last_stamps.extend(last_stamps.values())
         line = _line_after(window, hits, line)
         if want_boots and source.kind in ("kernel", "syslog"):
@@ -370,9 +394,39 @@ def _collapse_key(hit: Hit, origin: Origin, stamp: LineTime, job: JobContext) ->
     the line's own host, rank and program (a line another program wrote, a claim, never joins a
     kernel line's count), and the side of the job's window the line is on, so that the judgement
     counts the lines inside it exactly (a line with only a boot-relative time: its minute)."""
-    when = ("wall", window_side(stamp.wall, job)) if stamp.wall is not None else ("mono", stamp.mono // COLLAPSE_MONO_SPAN)
-    return (hit.rule.id, origin.host, origin.rank, origin.task, origin.program, when,
+    return (hit.rule.id, origin.host, origin.rank, origin.task, origin.program, _when(stamp, job),
             *(hit.fields.get(n) for n in hit.rule.event.collapse))
+
+
+def _cascade_key(hit: Hit, origin: Origin, stamp: LineTime, job: JobContext) -> tuple:
+    """What the lines of a cascade (rule event.cascade) must share to be one event: as
+    _collapse_key, but the rank joins the event's set instead of the key."""
+    return (hit.rule.id, origin.host, origin.task, origin.program, _when(stamp, job),
+            *(hit.fields.get(n) for n in hit.rule.event.cascade))
+
+
+def _when(stamp: LineTime, job: JobContext) -> tuple:
+    """The side of the job's window a line is on; a line with only a boot-relative time: its minute."""
+    if stamp.wall is not None:
+        return ("wall", window_side(stamp.wall, job))
+    return ("mono", None if stamp.mono is None else stamp.mono // COLLAPSE_MONO_SPAN)
+
+
+def _join_cascade(event: Event, hit: Hit, origin: Origin, source: SourceFile, stamp: LineTime) -> None:
+    """Count the hit's line under its rank in the cascade's event.  A line that names no task or
+    host may come from any node: its rank keeps its first line's text, for the part of the event
+    split off for the rank's node (resolve_nodes)."""
+    rank = hit.fields.get("rank", origin.rank)
+    if isinstance(rank, str):
+        rank = int(rank) if rank.isdigit() else None
+    if rank is None:
+        return
+    share = event.ranks.get(rank)
+    if share is not None:
+        share.lines += 1
+    else:
+        placed = origin.task is not None or origin.host is not None
+        event.ranks[rank] = RankShare(hit.lineno, source.original_line(hit.lineno), stamp, None if placed else hit.text)
 
 
 def _filed_under(origin, line: str, provenance: Provenance) -> str | None:
@@ -445,8 +499,9 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
     rank_to_node: dict[int, str] = {}
     task_to_node: dict[int, str] = {}
     for event in sorted(events, key=lambda e: e.order):
-        if event.node and event.host and event.rank is not None:
-            rank_to_node.setdefault(event.rank, event.node)
+        if event.node and event.host:
+            for rank in ranks_of(event):
+                rank_to_node.setdefault(rank, event.node)
         if event.node and event.task is not None:
             task_to_node.setdefault(event.task, event.node)
     for event in events:
@@ -454,6 +509,7 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             event.node = rank_to_node.get(event.rank)
         if event.node is None and event.task is not None:
             event.node = task_to_node.get(event.task)
+    events[:] = [part for event in events for part in _cascade_parts(event, rank_to_node)]
     _nodes_of_failed_tasks(events)
     for event in events:
         if event.node is None:
@@ -468,6 +524,41 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
         peer = _peer_of(event, ip_to_node, rank_to_node, known)
         if peer and peer != event.node:
             event.notes["peer_node"] = peer
+
+
+def ranks_of(event: Event) -> list[int]:
+    """The ranks whose lines the event stands for: a cascade's ranks, else its own rank."""
+    if event.ranks:
+        return sorted(event.ranks)
+    return [] if event.rank is None else [event.rank]
+
+
+def _cascade_parts(event: Event, rank_to_node: dict[int, str]) -> list[Event]:
+    """A cascade's event of lines that named no task or host, as one event per node its ranks ran
+    on (their lines, first line and time; ranks of no known node together); any other event as it is."""
+    shares = event.ranks
+    if not shares or len(shares) < 2 or next(iter(shares.values())).text is None:
+        return [event]
+    by_node: dict[str | None, dict[int, RankShare]] = defaultdict(dict)
+    for rank, share in shares.items():
+        by_node[rank_to_node.get(rank)][rank] = share
+    if len(by_node) < 2:
+        return [event]
+    unranked = event.repeats - sum(share.lines for share in shares.values())  # lines that named no rank
+    parts = []
+    for node, ranks in by_node.items():
+        rank, first = min(ranks.items(), key=lambda item: item[1].lineno)
+        part = copy.copy(event)
+        part.fields, part.notes, part.decided_by = dict(event.fields), dict(event.notes), list(event.decided_by)
+        part.node, part.rank, part.ranks = node, rank, ranks
+        part.repeats = sum(share.lines for share in ranks.values()) + (unranked if event.rank in ranks else 0)
+        part.order, part.line, part.text = (event.order[0], first.lineno), first.line, first.text
+        if "rank" in part.fields:
+            part.fields["rank"] = rank
+        times = [share.stamp for share in ranks.values() if share.stamp is not None]
+        part.time = min(times) if times else event.time
+        parts.append(part)
+    return sorted(parts, key=lambda part: part.order)
 
 
 def _of_the_job(node: str, job_nodes: frozenset[str], event: Event) -> str | None:

@@ -79,6 +79,7 @@ class EventModel(StrictModel):
     # `insufficient`), never drained.  A fallback marker (work going on) weighs the leads.
     fallback: bool = False
     collapse: list[str] | None = None  # spec.EventSpec.collapse
+    cascade: list[str] | None = None  # spec.EventSpec.cascade
     ends: bool = False  # spec.EventSpec.ends
 
     @model_validator(mode="after")
@@ -93,7 +94,9 @@ class EventModel(StrictModel):
             raise ValueError("a fallback rule gives a lead (a cause) or a marker the second look weighs it by")
         if self.collapse is not None and self.role != "context":
             raise ValueError("only context collapses: a cause, symptom or marker line is read on its own")
-        if self.ends and (self.role != "marker" or self.collapse is not None or self.fallback):
+        if self.cascade is not None and (self.role not in ("symptom", "marker") or self.collapse is not None):
+            raise ValueError("only a symptom or marker joins a cascade of ranks; a cause line is read on its own")
+        if self.ends and (self.role != "marker" or self.collapse is not None or self.cascade is not None or self.fallback):
             raise ValueError("only a marker of the rules proper reads a file's ends (first and last lines); it does not collapse")
         return self
 
@@ -146,9 +149,10 @@ class RuleModel(StrictModel):
         missing = sorted(set(self.fields) - groups)
         if missing:
             raise ValueError(f"fields {missing} are not named groups of match.regex")
-        unknown = sorted(set(self.event.collapse or []) - groups)
-        if unknown:
-            raise ValueError(f"event.collapse names {unknown}, which are not named groups of the rule's regexes")
+        for key in ("collapse", "cascade"):
+            unknown = sorted(set(getattr(self.event, key) or []) - groups)
+            if unknown:
+                raise ValueError(f"event.{key} names {unknown}, which are not named groups of the rule's regexes")
         return self
 
     def to_rule(self) -> Rule:

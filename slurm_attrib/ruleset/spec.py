@@ -28,6 +28,10 @@ One rule turns one log line (or a short block starting at that line) into an eve
       collapse: [pci]                 # context only: a file's hits that agree on these fields (and
                                       # on the line's host, rank and program) are one event with a
                                       # count and a last time, not one event per line
+      cascade: [pg, seq]              # symptoms and markers every rank prints (watchdog cascades):
+                                      # a file's hits that agree on these fields, on the line's
+                                      # host, srun task and program, are one event with the set of
+                                      # ranks, a count and a last time
       ends: false                     # markers only: a file's first and last lines of the rule,
                                       # from its first and last window, not every line
     references: [https://...]
@@ -105,6 +109,13 @@ class EventSpec:
     # most of the analysis on realistic logs (issue 19).  Only context collapses: every cause,
     # symptom and marker line is read on its own.
     collapse: list[str] | None = None
+    # What every rank of a job prints when a collective stalls (PyTorch's watchdog cascade: 17
+    # lines per rank, 566,000 lines on a 32,768-rank job): the judgement reads which ranks and
+    # nodes, how many lines, when first and when last.  The ranks of one srun task or host (one
+    # node) that agree on these fields are one event with their ranks (Event.ranks); lines that
+    # name no task or host join one event per file, split by node once ranks map to nodes
+    # (events.resolve_nodes).  Symptoms and markers only: a cause line is read on its own.
+    cascade: list[str] | None = None
     # A marker a run prints all through (training progress): the judgement reads where it began
     # and where it stopped, so only a file's first and last such lines are read, found by RE2 in
     # the file's first and last window (scanner.Scanner.ends), never line by line.  Markers only.
