@@ -232,7 +232,10 @@ def test_corpus_kinds(rel, kind):
 
 
 def test_every_nvidia_smi_marker_holds_one_of_the_parts_checked_first():
-    from slurm_attrib.ingest.kinds import _SMI_MARKER, _SMI_MARKER_PARTS
+    from slurm_attrib.ingest.kinds import _SMI_MARKER, _SMI_MARKER_PARTS, _may_be_smi_marker
+
+    assert all(_may_be_smi_marker(part) for part in _SMI_MARKER_PARTS)  # the check spells out every part
+    assert not _may_be_smi_marker("[  12.3] eth0: link up")
 
     alternatives, depth, current = [], 0, ""
     for char in _SMI_MARKER.pattern:  # the top-level alternatives
@@ -246,3 +249,4 @@ def test_every_nvidia_smi_marker_holds_one_of_the_parts_checked_first():
     for alternative in alternatives:
         literal = re.sub(r"\\(.)", r"\1", alternative)
         assert any(part in literal for part in _SMI_MARKER_PARTS), alternative
+        assert _may_be_smi_marker(literal), alternative

@@ -9,9 +9,11 @@ from slurm_attrib.ingest.timestamps import (
     LineTime,
     estimate_boot_times,
     parse_line_time,
+    time_after,
     time_before,
     year_hint,
 )
+from slurm_attrib.ingest import timestamps
 from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
 from slurm_attrib.provenance import Provenance
 
@@ -233,3 +235,34 @@ def test_time_before_finds_what_reading_line_by_line_finds():
         offset = rng.randrange(len(data) + 1)
         max_lines, floor = rng.randrange(1, 12), rng.choice([0, rng.randrange(len(data) + 1)])
         assert time_before(data, offset, 2026, max_lines, floor) == _time_before_line_by_line(data, offset, max_lines, floor)
+
+
+def _time_after_line_by_line(data: bytes, offset: int, year: int, max_lines: int):
+    """What time_after must give: each of the next max_lines lines parsed in turn; the search
+    stops at the stamped line's start, else at the end of the lines read."""
+    lines_end = data.find(b"\n", offset)
+    if lines_end < 0:
+        return None, None, len(data)
+    for _ in range(max_lines):
+        start = lines_end + 1
+        lines_end = data.find(b"\n", start)
+        stamp = parse_line_time(data[start:len(data) if lines_end < 0 else lines_end].decode(errors="replace"), year)
+        if stamp.wall is not None or stamp.mono is not None:
+            return stamp.wall, stamp.mono, start
+        if lines_end < 0:
+            return None, None, len(data)
+    return None, None, lines_end
+
+
+@pytest.mark.parametrize("near", [1, 64, timestamps.NEAR_BYTES])
+def test_the_look_ahead_finds_what_reading_line_by_line_finds(monkeypatch, near):
+    monkeypatch.setattr(timestamps, "NEAR_BYTES", near)
+    shapes = [b"frame #3: foo + 0x12 (0x7f in lib.so)", b"[rank3]:[E1202 13:14:06.123 ProcessGroupNCCL.cpp:632] x",
+              b"2026-12-02T13:04:06+0000 gpu01 kernel: x", b"", b"12:30:45 not a stamp at the start",
+              b"[  123.456] eth0 up", b"x" * 3000]
+    chance = random.Random(7)
+    for _ in range(3000):
+        data = b"\n".join(chance.choice(shapes) for _ in range(chance.randint(0, 40))) + chance.choice([b"", b"\n"])
+        offset, max_lines = chance.randint(0, len(data)), chance.choice([1, 3, 30])
+        found, stopped = time_after(data, offset, 2026, max_lines)
+        assert (found.wall, found.mono, stopped) == _time_after_line_by_line(data, offset, 2026, max_lines)

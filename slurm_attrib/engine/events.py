@@ -414,8 +414,8 @@ def _when(stamp: LineTime, job: JobContext) -> tuple:
 
 def _join_cascade(event: Event, hit: Hit, origin: Origin, source: SourceFile, stamp: LineTime) -> None:
     """Count the hit's line under its rank in the cascade's event.  A line that names no task or
-    host may come from any node: its rank keeps its first line's text, for the part of the event
-    split off for the rank's node (resolve_nodes)."""
+    host (a host field is in the key: schema) may come from any node: its rank keeps its first
+    line's text, for the part of the event split off for the rank's node (resolve_nodes)."""
     rank = hit.fields.get("rank", origin.rank)
     if isinstance(rank, str):
         rank = int(rank) if rank.isdigit() else None
@@ -425,7 +425,7 @@ def _join_cascade(event: Event, hit: Hit, origin: Origin, source: SourceFile, st
     if share is not None:
         share.lines += 1
     else:
-        placed = origin.task is not None or origin.host is not None
+        placed = origin.task is not None or bool(origin.host or hit.fields.get("host") or hit.fields.get("node"))
         event.ranks[rank] = RankShare(hit.lineno, source.original_line(hit.lineno), stamp, None if placed else hit.text)
 
 

@@ -285,23 +285,42 @@ def time_after(data: bytes, offset: int, year_hint: int | None, max_lines: int =
     first = data.find(b"\n", max(0, min(offset, len(data))))
     if first < 0:
         return NO_TIME, len(data)
-    stop = first  # the line end closing the last line searched (-1: the end of data)
-    for _ in range(max_lines):
-        stop = data.find(b"\n", stop + 1)
-        if stop < 0:
-            break
-    limit = len(data) if stop < 0 else stop
-    position = first + 1
-    while (mark := _STAMP_MARK.search(data, position, limit)) is not None:
+    # The stamped line is most often a few lines down: it is looked for in the next NEAR_BYTES
+    # first, and the end of the `max_lines` lines (a newline search per line) is found only when
+    # it is not there; a 32,768-rank cascade looks ahead 44,000 times.
+    position, bound, limit = first + 1, min(len(data), first + 1 + NEAR_BYTES), None
+    while True:
+        mark = _STAMP_MARK.search(data, position, bound)
+        if mark is None:
+            if limit is None:
+                limit = _end_of_lines(data, first, max_lines)
+                if limit > bound:
+                    bound = limit
+                    continue
+            return NO_TIME, limit
         start = data.rfind(b"\n", 0, mark.start()) + 1
+        if limit is None and data.count(b"\n", first + 1, start) >= max_lines:
+            return NO_TIME, _end_of_lines(data, first, max_lines)
         end = data.find(b"\n", mark.start())
         found = parse_line_time(_line_text(data, start, len(data) if end < 0 else end), year_hint)
         if found.wall is not None or found.mono is not None:
             return found, start
         if end < 0:
-            break
+            return NO_TIME, len(data) if limit is None else limit
         position = end + 1
-    return NO_TIME, limit
+
+
+NEAR_BYTES = 8192
+
+
+def _end_of_lines(data: bytes, first: int, max_lines: int) -> int:
+    """The end of the `max_lines` lines after the newline at `first` (the end of data when fewer)."""
+    stop = first
+    for _ in range(max_lines):
+        stop = data.find(b"\n", stop + 1)
+        if stop < 0:
+            return len(data)
+    return stop
 
 
 def last_time(data: bytes, year_hint: int | None, max_lines: int = 50) -> LineTime:

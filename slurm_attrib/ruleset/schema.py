@@ -153,6 +153,9 @@ class RuleModel(StrictModel):
             unknown = sorted(set(getattr(self.event, key) or []) - groups)
             if unknown:
                 raise ValueError(f"event.{key} names {unknown}, which are not named groups of the rule's regexes")
+        placed_by = sorted({"host", "node"} & groups - set(self.event.cascade or ["host", "node"]))
+        if placed_by:
+            raise ValueError(f"event.cascade must name {placed_by}: the ranks of one event are placed by its host")
         return self
 
     def to_rule(self) -> Rule:
