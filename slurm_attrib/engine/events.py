@@ -395,14 +395,14 @@ def _collapse_key(hit: Hit, origin: Origin, stamp: LineTime, job: JobContext) ->
     kernel line's count), and the side of the job's window the line is on, so that the judgement
     counts the lines inside it exactly (a line with only a boot-relative time: its minute)."""
     return (hit.rule.id, origin.host, origin.rank, origin.task, origin.program, _when(stamp, job),
-            *(hit.fields.get(n) for n in hit.rule.event.collapse))
+            *map(hit.fields.get, hit.rule.event.collapse))
 
 
 def _cascade_key(hit: Hit, origin: Origin, stamp: LineTime, job: JobContext) -> tuple:
     """What the lines of a cascade (rule event.cascade) must share to be one event: as
     _collapse_key, but the rank joins the event's set instead of the key."""
     return (hit.rule.id, origin.host, origin.task, origin.program, _when(stamp, job),
-            *(hit.fields.get(n) for n in hit.rule.event.cascade))
+            *map(hit.fields.get, hit.rule.event.cascade))
 
 
 def _when(stamp: LineTime, job: JobContext) -> tuple:

@@ -82,14 +82,14 @@ def line_origin(text: str) -> Origin:
             task = int(m.group(1))
             pos = m.end()
     if text.startswith("[", pos):  # the three bracketed prefixes: most lines have none
-        m = _MPI_TAG.match(text, pos)
+        m = _MPI_TAG.match(text, pos) if text[pos + 1:pos + 2].isdigit() else None
         if m is not None:
             rank = int(m.group(1))
             pos = m.end()
-        m = _DEFAULT_PREFIX.match(text, pos)  # torchrun's [defaultN]: is a local rank: skipped
-        if m is not None:
+        m = _DEFAULT_PREFIX.match(text, pos) if text.startswith("[default", pos) else None
+        if m is not None:  # torchrun's [defaultN]: is a local rank: skipped
             pos = m.end()
-        m = _RANK_PREFIX.match(text, pos)
+        m = _RANK_PREFIX.match(text, pos) if text.startswith(("[rank", "[RANK"), pos) else None
         if m is not None:
             rank = int(m.group(1))
             pos = m.end()

@@ -433,40 +433,46 @@ class CompiledRule:
         self.rule = rule
         self.regex = Regex(rule.match.regex, ignore_case)
         self.unless = [Regex(u, ignore_case) for u in rule.match.unless]
-        self.requires = [Regex(r, ignore_case) for r in rule.match.requires]
-        self.capture = [Regex(c, ignore_case) for c in rule.match.capture]
-        # Per group of `regex`, (name, number, cast): fields read from its spans, no dict per search.
-        self._casts = [(name, index, CASTS[rule.fields.get(name, "str")]) for name, index in self.regex._groups]
+        # `requires` and `capture` with, as for `regex`, their casts: per named group (name,
+        # number, cast), so that fields are read from the spans, with no dict per search.
+        self.requires = [(regex, _casts_of(regex, rule)) for regex in (Regex(r, ignore_case) for r in rule.match.requires)]
+        self.capture = [(regex, _casts_of(regex, rule)) for regex in (Regex(c, ignore_case) for c in rule.match.capture)]
+        self._casts = _casts_of(self.regex, rule)
 
     def fields(self, text: bytes, line: bytes) -> dict[str, Any] | None:
         """The hit's fields, cast as the rule says: the named groups of `requires` and `capture`
-        (read on the line, as the lookaheads they stand for were) and then of `regex` (on the text),
-        later ones winning; None when the text does not match or a value does not cast."""
+        (read on the line, as the lookaheads they stand for were) and of `regex` (on the text; no
+        name is in two of them: schema); None when the text does not match or a value does not cast."""
         spans = self.regex.spans(text)
-        if spans is None or any(u.spans(text) is not None for u in self.unless):
+        if spans is None or (self.unless and any(u.spans(text) is not None for u in self.unless)):
             return None
-        if not self.requires and not self.capture:
-            fields: dict[str, Any] = {}
-            for name, index, cast in self._casts:
-                begin, end = spans[index]
-                if begin >= 0:
-                    try:
-                        fields[name] = cast(text[begin:end].decode())
-                    except ValueError:
-                        return None
-            return fields
-        groups: dict[str, str | None] = {}
-        for regex in self.requires:
+        fields: dict[str, Any] = {}
+        for regex, casts in self.requires:
             required = regex.spans(line)
-            if required is None:
+            if required is None or not _cast_into(fields, casts, line, required):
                 return None
-            groups.update(regex.named(line, required))
-        for regex in self.capture:
+        for regex, casts in self.capture:
             captured = regex.spans(line)
-            if captured is not None:
-                groups.update(regex.named(line, captured))
-        groups.update(self.regex.named(text, spans))
-        return _cast_fields(self.rule, groups)
+            if captured is not None and not _cast_into(fields, casts, line, captured):
+                return None
+        return fields if _cast_into(fields, self._casts, text, spans) else None
+
+
+def _casts_of(regex: Regex, rule: Rule) -> list[tuple[str, int, Any]]:
+    return [(name, index, CASTS[rule.fields.get(name, "str")]) for name, index in regex._groups]
+
+
+def _cast_into(fields: dict[str, Any], casts: list[tuple[str, int, Any]], data: bytes,
+               spans: list[tuple[int, int]]) -> bool:
+    """Put the groups that took part into fields, cast; False when a value does not cast."""
+    for name, index, cast in casts:
+        begin, end = spans[index]
+        if begin >= 0:
+            try:
+                fields[name] = cast(data[begin:end].decode())
+            except ValueError:
+                return False
+    return True
 
 
 def _hyperscan_db(literals: list[str], caseless: set[str]):
@@ -550,19 +556,6 @@ def _following_lines(data: bytes, start: int, count: int) -> list[str]:
         lines.append(_decode(data, position + 1))
         position = data.find(b"\n", position + 1)
     return lines
-
-
-def _cast_fields(rule: Rule, groups: dict[str, str | None]) -> dict[str, Any] | None:
-    fields: dict[str, Any] = {}
-    for name, value in groups.items():
-        if value is None:
-            continue
-        cast = rule.fields.get(name, "str")
-        try:
-            fields[name] = CASTS[cast](value)
-        except ValueError:
-            return None
-    return fields
 
 
 @lru_cache(maxsize=4096)  # a node has a few dozen PCI functions, printed on every noise line
