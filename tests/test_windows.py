@@ -3,6 +3,7 @@ worker processes scanning a large job's files."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import random
 import subprocess
@@ -172,3 +173,83 @@ def test_the_diagnosis_does_not_depend_on_the_number_of_workers(tmp_path):
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1]
     assert b"gpu_uncorrectable_ecc" in outputs[0]
+
+
+# ------------------------------------------------------------------------------ gzip, streamed
+
+def _gz_windows(path, content: bytes, monkeypatch, block: int, lines: int, span: int, level: int = 6):
+    monkeypatch.setattr(readers, "CONTEXT_LINES", lines)
+    monkeypatch.setattr(readers, "CONTEXT_BYTES", span)
+    monkeypatch.setattr(readers, "AFTER_READ", 300)
+    monkeypatch.setattr(readers, "CHUNK", 1000)  # decompressed in many small pieces
+    path.write_bytes(gzip.compress(content, level))
+    return [
+        (bytes(w.data), w.begin, w.end, w.offset, w.last)
+        for w in readers.iter_windows(path, 0, len(content), block=block, compressed=True)
+    ]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_gzip_file_streams_the_windows_of_its_plain_content(tmp_path, monkeypatch, seed):
+    content = _content(seed, crlf=seed > 2)
+    plain = _windows(tmp_path / "plain.log", content, monkeypatch, block=3000, lines=4, span=2500)
+    streamed = _gz_windows(tmp_path / "log.gz", content, monkeypatch, block=3000, lines=4, span=2500)
+    assert len(plain) > 5 and streamed == plain
+
+
+def _noisy_job_output(lines: int) -> bytes:
+    init = "".join(f"gpu0{n // 2 + 1}:1{n}00:1{n}01 [{n % 2}] NCCL INFO comm 0x55d0c8a0 rank {n} nranks 8 cudaDev {n % 2} "
+                   f"nvmlDev {n % 2} busId {n % 2 + 1}b000 commId 0x5f2c1a - Init COMPLETE\n" for n in range(8))
+    steps = "".join(f"[2026-12-02 13:{n // 3000 % 60:02d}:00] iteration {n}/100000 | lm loss: 2.{n % 997:03d}\n"
+                    for n in range(lines))
+    return (init + steps + "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+            "RuntimeError: CUDA error: an illegal memory access was encountered\n").encode()
+
+
+def test_a_large_gzip_output_is_streamed_and_read_whole(tmp_path, monkeypatch):
+    # More than SMALL_FILE decompressed: streamed window by window, never held; its first lines
+    # (the NCCL rank map) and its last (the failure) both read, as in the plain file.
+    monkeypatch.setattr(readers, "SMALL_FILE", 64 * 1024)
+    monkeypatch.setattr(readers, "WINDOW_BLOCK", 256 * 1024)
+    content = _noisy_job_output(40_000)
+    assert len(content) > 2 * 1024 * 1024
+    for name, data in (("plain", content), ("gz", gzip.compress(content))):
+        (tmp_path / name / "gpu01").mkdir(parents=True)
+        (tmp_path / name / "slurm-77.out").write_bytes(data)
+    found = {}
+    for name in ("plain", "gz"):
+        evidence = load_evidence(tmp_path / name)
+        (source,) = evidence.files
+        assert source.streamed and source.start == 0 and source.size == len(content)
+        assert source.compressed == (name == "gz")
+        found[name] = [(e.rule_id, e.line, e.rank) for e in scan_evidence(evidence, _scanner(())).events]
+    assert found["gz"] == found["plain"]
+    assert any(rule == "marker.nccl_rank" for rule, _, _ in found["gz"])  # the first lines
+    assert any(rule.startswith("cuda.") for rule, _, _ in found["gz"]), found["gz"][-5:]
+
+
+def test_a_gzip_file_over_the_cap_keeps_its_newest_lines_as_a_plain_file_does(tmp_path, monkeypatch):
+    monkeypatch.setattr(readers, "SMALL_FILE", 64 * 1024)
+    content = _noisy_job_output(20_000)
+    (tmp_path / "plain.log").write_bytes(content)
+    (tmp_path / "log.gz").write_bytes(gzip.compress(content))
+    cap = len(content) // 3 + 17  # inside a line
+    plain, packed = readers.probe_file(tmp_path / "plain.log", cap), readers.probe_file(tmp_path / "log.gz", cap)
+    assert not packed.whole and packed.result.compressed and packed.result.status == "truncated"
+    assert (packed.start, packed.size, packed.result.line_offset) == (plain.start, plain.size, plain.result.line_offset)
+    assert packed.result.data == plain.result.data  # the head and tail samples
+    kept = b"".join(bytes(w.data[w.begin:w.end]) for w in readers.iter_windows(tmp_path / "log.gz", packed.start,
+                                                                                 packed.size, compressed=True))
+    assert kept == content[plain.start:] and kept.startswith(b"[2026-")
+
+
+def test_a_truncated_gzip_stream_is_read_as_far_as_it_goes(tmp_path, monkeypatch):
+    monkeypatch.setattr(readers, "SMALL_FILE", 64 * 1024)
+    content = _noisy_job_output(20_000)
+    packed = gzip.compress(content)
+    (tmp_path / "log.gz").write_bytes(packed[: len(packed) // 2])
+    probe = readers.probe_file(tmp_path / "log.gz")
+    assert probe.result.status == "truncated" and "truncated" in probe.result.detail
+    kept = b"".join(bytes(w.data[w.begin:w.end]) for w in readers.iter_windows(tmp_path / "log.gz", probe.start,
+                                                                                 probe.size, compressed=True))
+    assert len(kept) == probe.size and content.startswith(kept)

@@ -4,10 +4,12 @@
   devices would block or never end).
 - gzip is recognised by its magic bytes (`1f 8b`), whatever the name; concatenated members are
   read; a truncated or corrupt stream yields what could be decompressed, status `truncated`.
-  It is decompressed as a stream, holding at most MAX_GZIP_KEPT bytes (its newest), and stopped
-  (status `truncated`, the tail of what was decompressed kept) past MAX_DECOMPRESSED bytes or,
-  beyond the first MAX_GZIP_KEPT bytes, past MAX_GZIP_RATIO times the compressed bytes read: a
-  2 MB gzip bomb costs a fraction of a second and tens of MB, not minutes and gigabytes.
+  It is decompressed as a stream and stopped (status `truncated`, what was decompressed kept)
+  past MAX_DECOMPRESSED bytes or, beyond the first MAX_GZIP_KEPT bytes, past MAX_GZIP_RATIO times
+  the compressed bytes read: a 2 MB gzip bomb costs a fraction of a second and tens of MB, not
+  minutes and gigabytes.  One that decompresses to more than SMALL_FILE bytes is never held:
+  probe_file decompresses it once for its size and samples, and iter_windows again, window by
+  window, when it is analysed (the newest `cap` bytes kept, as for a plain file).
 - A file larger than the cap keeps its newest bytes (the tail), cut at a line start, status
   `truncated`; the number of lines dropped before the kept part is counted so that line numbers
   can be reported against the original file.
@@ -35,7 +37,7 @@ MAX_COUNTED_SKIP = 8 * GiB
 # Decompression is stopped after this much output (gzip bombs); the tail kept is then that of
 # the decompressed prefix, status `truncated`.
 MAX_DECOMPRESSED = 2 * GiB
-# gzip content is held in memory (plain files are streamed from disk): at most this much of it.
+# read_file holds at most this much of a gzip file's content (its newest); probe_file streams larger ones.
 MAX_GZIP_KEPT = 64 * MiB
 # Text logs compress 5-20:1, very repetitive ones a few hundred; deflate's limit is ~1030:1.
 MAX_GZIP_RATIO = 200
@@ -159,20 +161,72 @@ def _over_ratio(produced: int, consumed: int) -> bool:
     return produced > MAX_GZIP_KEPT and produced > MAX_GZIP_RATIO * max(consumed, 1)
 
 
+class _Gunzip:
+    """The decompressed chunks of a gzip stream (concatenated members read in turn).  Stops at
+    corrupt or truncated data, after MAX_DECOMPRESSED bytes and, beyond the first MAX_GZIP_KEPT
+    bytes, past MAX_GZIP_RATIO times the compressed bytes read; `problem` then says why (after
+    the last chunk), and `produced` counts the bytes given."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.problem = ""
+        self.produced = 0
+
+    def __iter__(self):
+        stream, consumed = self._stream, 0  # compressed bytes read (those in `pending` not yet decompressed)
+        decomp = zlib.decompressobj(wbits=31)
+        pending = b""
+        stream_done = False
+        try:
+            while True:
+                if not pending and not stream_done:
+                    pending = stream.read(CHUNK)
+                    consumed += len(pending)
+                    stream_done = not pending
+                flushed = False
+                if pending:
+                    out = decomp.decompress(pending, CHUNK)
+                    pending = decomp.unconsumed_tail
+                else:  # no more input: whatever zlib still holds
+                    out = decomp.flush()
+                    flushed = True
+                self.produced += len(out)
+                if out:
+                    yield out
+                if decomp.eof:
+                    rest = decomp.unused_data + pending
+                    pending = b""
+                    if not rest and not stream_done:
+                        rest = stream.read(CHUNK)
+                        consumed += len(rest)
+                        stream_done = not rest
+                    if rest and rest.startswith(GZIP_MAGIC[: len(rest)]):
+                        decomp = zlib.decompressobj(wbits=31)  # next member
+                        pending = rest
+                        continue
+                    return  # complete (trailing garbage after the last member is ignored)
+                if flushed:
+                    self.problem = "gzip stream truncated"
+                    return
+                if self.produced > MAX_DECOMPRESSED:
+                    self.problem = f"decompression stopped after {self.produced} bytes"
+                    return
+                if _over_ratio(self.produced, consumed - len(pending)):
+                    self.problem = (f"decompression stopped after {self.produced} bytes: over {MAX_GZIP_RATIO} times"
+                                    f" the {consumed - len(pending)} compressed bytes read (a gzip bomb?)")
+                    return
+        except zlib.error as error:
+            self.problem = f"corrupt gzip data ({error})"
+
+
 def _read_gzip(stream, cap: int) -> ReadResult:
     cap = min(cap, MAX_GZIP_KEPT)
     kept: deque[bytes] = deque()
     kept_size = 0
     dropped_lines = 0
     last_dropped = b"\n"
-    produced = 0
-    consumed = 0  # compressed bytes read (those still in `pending` are not decompressed yet)
-    problem = ""
-
-    def keep(chunk: bytes) -> None:
-        nonlocal kept_size, dropped_lines, last_dropped
-        if not chunk:
-            return
+    gunzip = _Gunzip(stream)
+    for chunk in gunzip:
         kept.append(chunk)
         kept_size += len(chunk)
         while kept and kept_size - len(kept[0]) >= cap:
@@ -180,49 +234,7 @@ def _read_gzip(stream, cap: int) -> ReadResult:
             kept_size -= len(old)
             dropped_lines += old.count(b"\n")
             last_dropped = old[-1:]
-
-    decomp = zlib.decompressobj(wbits=31)
-    pending = b""
-    stream_done = False
-    try:
-        while True:
-            if not pending and not stream_done:
-                pending = stream.read(CHUNK)
-                consumed += len(pending)
-                stream_done = not pending
-            flushed = False
-            if pending:
-                out = decomp.decompress(pending, CHUNK)
-                pending = decomp.unconsumed_tail
-            else:  # no more input: whatever zlib still holds
-                out = decomp.flush()
-                flushed = True
-            produced += len(out)
-            keep(out)
-            if decomp.eof:
-                rest = decomp.unused_data + pending
-                pending = b""
-                if not rest and not stream_done:
-                    rest = stream.read(CHUNK)
-                    consumed += len(rest)
-                    stream_done = not rest
-                if rest and rest.startswith(GZIP_MAGIC[: len(rest)]):
-                    decomp = zlib.decompressobj(wbits=31)  # next member
-                    pending = rest
-                    continue
-                break  # complete (trailing garbage after the last member is ignored)
-            if flushed:
-                problem = "gzip stream truncated"
-                break
-            if produced > MAX_DECOMPRESSED:
-                problem = f"decompression stopped after {produced} bytes"
-                break
-            if _over_ratio(produced, consumed - len(pending)):
-                problem = (f"decompression stopped after {produced} bytes: over {MAX_GZIP_RATIO} times"
-                           f" the {consumed - len(pending)} compressed bytes read (a gzip bomb?)")
-                break
-    except zlib.error as error:
-        problem = f"corrupt gzip data ({error})"
+    problem, produced = gunzip.problem, gunzip.produced
     data = b"".join(kept)
     kept.clear()
     offset: int | None = 0
@@ -248,7 +260,7 @@ def _read_gzip(stream, cap: int) -> ReadResult:
 # and a tail sample, the size, where the kept part starts) and `iter_blocks` reads the kept part
 # again, block by block, when the file is analysed.
 
-SMALL_FILE = 1 * MiB  # plain files up to this size, and gzip files, are read whole
+SMALL_FILE = 1 * MiB  # files up to this size (of content, for gzip) are read whole
 SAMPLE = 256 * 1024  # head and tail kept by the probe of a large file
 BLOCK = 8 * MiB
 
@@ -273,24 +285,18 @@ def probe_file(path: Path | str, cap: int = MAX_FILE_BYTES) -> Probe:
         info = os.stat(path, follow_symlinks=False)
     except OSError:
         info = None
-    if info is None or not stat.S_ISREG(info.st_mode) or info.st_size <= SMALL_FILE or cap <= 0:
-        result = read_file(path, cap)
-        result.data = normalise_crlf(result.data)
-        return Probe(result, True, 0, len(result.data))
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if info is None or not stat.S_ISREG(info.st_mode) or cap <= 0:
+        return _whole(path, cap)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, _READ_FLAGS)
     except OSError:
-        result = read_file(path, cap)
-        result.data = normalise_crlf(result.data)
-        return Probe(result, True, 0, len(result.data))
+        return _whole(path, cap)
     try:
         if os.pread(fd, 2, 0) == GZIP_MAGIC:
-            os.close(fd)
-            fd = -1
-            result = read_file(path, cap)
-            result.data = normalise_crlf(result.data)
-            return Probe(result, True, 0, len(result.data))
+            probe = _probe_gzip(fd, cap)
+            return probe if probe is not None else _whole(path, cap)
+        if info.st_size <= SMALL_FILE:
+            return _whole(path, cap)
         size = os.fstat(fd).st_size
         status, detail, offset, start = "ok", "", 0, 0
         if size > cap:
@@ -308,15 +314,77 @@ def probe_file(path: Path | str, cap: int = MAX_FILE_BYTES) -> Probe:
                     start, offset = cut + 1, None if dropped is None else dropped + 1
             status, detail = "truncated", f"{size} bytes; only the last {size - start} bytes kept"
         kept = size - start
-        raw = 2 * SAMPLE + 2
-        head = normalise_crlf(os.pread(fd, min(raw, kept), start))[:SAMPLE]
-        tail = normalise_crlf(os.pread(fd, min(raw, kept), size - min(raw, kept)))[-SAMPLE:]
+        raw = min(_SAMPLE_READ, kept)
+        head = normalise_crlf(os.pread(fd, raw, start))[:SAMPLE]
+        tail = normalise_crlf(os.pread(fd, raw, size - raw))[-SAMPLE:]
         return Probe(ReadResult(head + tail, status, detail, False, offset), False, start, kept)
     except OSError as error:
         return Probe(ReadResult(b"", "unreadable", _describe(error)), True)
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_SAMPLE_READ = 2 * SAMPLE + 2  # bytes read for a sample: it is cut to SAMPLE once CRLF is normalised
+
+
+def _whole(path: Path | str, cap: int) -> Probe:
+    result = read_file(path, cap)
+    result.data = normalise_crlf(result.data)
+    return Probe(result, True, 0, len(result.data))
+
+
+def _probe_gzip(fd: int, cap: int) -> Probe | None:
+    """A gzip file, decompressed once to learn its size, problems and samples: None when it
+    decompresses to at most SMALL_FILE bytes (read it whole); else it is streamed when analysed
+    (iter_windows decompresses it again), its newest `cap` bytes kept."""
+    with os.fdopen(fd, "rb", buffering=0, closefd=False) as stream:
+        gunzip, head, tail = _Gunzip(stream), bytearray(), b""
+        for chunk in gunzip:
+            if len(head) < _SAMPLE_READ:
+                head += chunk[:_SAMPLE_READ - len(head)]
+            tail = (tail + chunk)[-_SAMPLE_READ:]
+    produced = gunzip.produced
+    if produced <= SMALL_FILE:
+        return None
+    start, dropped = 0, 0
+    if produced > cap:
+        os.lseek(fd, 0, os.SEEK_SET)
+        start, dropped, head = _gzip_kept_start(fd, produced - cap)
+    status, detail = "ok", "gzip"
+    if gunzip.problem:
+        status, detail = "truncated", gunzip.problem
+    elif start:
+        status, detail = "truncated", f"{produced} bytes decompressed; only the last {produced - start} bytes kept"
+    samples = normalise_crlf(bytes(head))[:SAMPLE] + normalise_crlf(tail)[-SAMPLE:]
+    return Probe(ReadResult(samples, status, detail, True, dropped), False, start, produced - start)
+
+
+def _gzip_kept_start(fd: int, skip: int) -> tuple[int, int | None, bytes]:
+    """The first line start at or after decompressed byte `skip`, the lines before it and the
+    first bytes from there: a second decompression, for a file larger than the cap only."""
+    position, dropped, start, head = 0, 0, None, bytearray()
+    with os.fdopen(fd, "rb", buffering=0, closefd=False) as stream:
+        for chunk in _Gunzip(stream):
+            if start is None:
+                # the line start at or after `skip` follows the first line end at or after skip - 1
+                local = max(skip - 1 - position, 0)
+                found = chunk.find(b"\n", local) if local < len(chunk) else -1
+                if found < 0:
+                    dropped += chunk.count(b"\n")
+                else:
+                    dropped += chunk.count(b"\n", 0, found) + 1
+                    start = position + found + 1
+                    head += chunk[found + 1:found + 1 + _SAMPLE_READ]
+            elif len(head) < _SAMPLE_READ:
+                head += chunk[:_SAMPLE_READ - len(head)]
+            else:
+                break
+            position += len(chunk)
+    if start is None:  # no line end after `skip`: the kept part begins inside a line
+        return skip, None, b""
+    return start, dropped, bytes(head)
 
 
 def _find_newline(fd: int, begin: int, end: int) -> int:
@@ -383,60 +451,109 @@ def whole_window(data: bytes) -> Window:
     return Window(data, 0, len(data), 0, True)
 
 
-def iter_windows(path: Path | str, start: int, size: int, block: int | None = None):
-    """Windows over bytes [start, start + size) of a large plain file (see Window); bodies of
-    about `block` bytes (WINDOW_BLOCK)."""
+def iter_windows(path: Path | str, start: int, size: int, block: int | None = None, compressed: bool = False):
+    """Windows over bytes [start, start + size) of a large plain file, or of a gzip file's
+    decompressed content (decompressed again, as a stream: see _GunzipReader); bodies of about
+    `block` bytes (WINDOW_BLOCK)."""
     block = block or WINDOW_BLOCK
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
+    reader = _GunzipReader(path) if compressed else _FileReader(path)
     try:
-        stop = start + size
-        body = context = start  # file offsets: the next body, and where its before context starts
-        crlf_before_body = 0  # CR bytes normalisation removed in [start, body)
-        while body < stop:
-            requested = min(body + block + AFTER_READ, stop) - context
-            data = _read_span(fd, context, requested)
-            if len(data) < requested:
-                stop = context + len(data)  # the file shrank while being read
-            if body >= stop:
-                break
-            begin = body - context
-            end = _body_end(fd, data, context, begin, min(body + block, stop) - context, stop)
-            del data[_after_end(fd, data, context, end, stop):]
-            last = context + end >= stop
-            next_body, next_context = context + end, context + _before_start(data, end)
-            offset = context - start - crlf_before_body
-            if data.find(b"\r") >= 0:
-                crlf_head, crlf_body = data.count(b"\r\n", 0, begin), data.count(b"\r\n", begin, end)
-                offset += crlf_head
-                crlf_before_body += crlf_body
-                data = data.replace(b"\r\n", b"\n")
-                begin, end = begin - crlf_head, end - crlf_head - crlf_body
-            yield Window(data, begin, end, offset, last)
-            del data
-            body, context = next_body, next_context
+        yield from _windows(reader, start, size, block)
     finally:
-        os.close(fd)
+        reader.close()
 
 
-def _read_span(fd: int, position: int, size: int) -> bytearray:
-    buffer = bytearray(size)
-    got = os.preadv(fd, [buffer], position) if size > 0 else 0
-    del buffer[got:]
-    return buffer
+def _windows(reader, start: int, size: int, block: int):
+    read = reader.read
+    stop = start + size
+    body = context = start  # offsets in the content: the next body, and where its before context starts
+    crlf_before_body = 0  # CR bytes normalisation removed in [start, body)
+    while body < stop:
+        reader.release(context)  # no window reads before its before context
+        requested = min(body + block + AFTER_READ, stop) - context
+        data = bytearray(read(context, requested))
+        if len(data) < requested:
+            stop = context + len(data)  # the file shrank while being read
+        if body >= stop:
+            break
+        begin = body - context
+        end = _body_end(read, data, context, begin, min(body + block, stop) - context, stop)
+        del data[_after_end(read, data, context, end, stop):]
+        last = context + end >= stop
+        next_body, next_context = context + end, context + _before_start(data, end)
+        offset = context - start - crlf_before_body
+        if data.find(b"\r") >= 0:
+            crlf_head, crlf_body = data.count(b"\r\n", 0, begin), data.count(b"\r\n", begin, end)
+            offset += crlf_head
+            crlf_before_body += crlf_body
+            data = data.replace(b"\r\n", b"\n")
+            begin, end = begin - crlf_head, end - crlf_head - crlf_body
+        yield Window(data, begin, end, offset, last)
+        del data
+        body, context = next_body, next_context
 
 
-def _extend(fd: int, data: bytearray, context: int, stop: int, amount: int) -> bool:
-    """Append up to `amount` more bytes of the file to data; False at the end of the part."""
+class _FileReader:
+    """read(position, size) of a plain file."""
+
+    def __init__(self, path: Path | str):
+        self._fd = os.open(path, _READ_FLAGS)
+
+    def read(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position) if size > 0 else b""
+
+    def release(self, position: int) -> None:
+        pass  # nothing is held
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class _GunzipReader:
+    """read(position, size) of a gzip file's decompressed content, decompressed as a stream:
+    only the bytes from the last position released on are held (_windows releases each window's
+    before context: a window and its contexts are held, whatever the file's size)."""
+
+    def __init__(self, path: Path | str):
+        fd = os.open(path, _READ_FLAGS)
+        self._stream = os.fdopen(fd, "rb", buffering=0)
+        self._chunks = iter(_Gunzip(self._stream))
+        self._held = bytearray()
+        self._base = 0  # content offset of self._held[0]
+        self._floor = 0  # bytes before it are never read again
+
+    def read(self, position: int, size: int) -> bytes:
+        while self._base + len(self._held) < position + size:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                break
+            self._held += chunk
+            self.release(self._floor)  # a skipped head (over the cap) is never held whole
+        begin = position - self._base
+        return bytes(self._held[begin:begin + size])
+
+    def release(self, position: int) -> None:
+        self._floor = max(self._floor, position)
+        drop = min(self._floor - self._base, len(self._held))
+        if drop > 0:
+            del self._held[:drop]
+            self._base += drop
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def _extend(read, data: bytearray, context: int, stop: int, amount: int) -> bool:
+    """Append up to `amount` more bytes of the content to data; False at the end of the part."""
     position = context + len(data)
     if position >= stop:
         return False
-    more = os.pread(fd, min(amount, stop - position), position)
+    more = read(position, min(amount, stop - position))
     data.extend(more)
     return bool(more)
 
 
-def _body_end(fd: int, data: bytearray, context: int, begin: int, want: int, stop: int) -> int:
+def _body_end(read, data: bytearray, context: int, begin: int, want: int, stop: int) -> int:
     """End of the body begun at data[begin] (relative to data): the last line end before `want`,
     else (one line longer than the block) the first one after it, else the end of the part."""
     if context + want >= stop:
@@ -450,18 +567,18 @@ def _body_end(fd: int, data: bytearray, context: int, begin: int, want: int, sto
         if found >= 0:
             return found + 1
         searched = len(data)
-        if not _extend(fd, data, context, stop, CHUNK):
+        if not _extend(read, data, context, stop, CHUNK):
             return len(data)
 
 
-def _after_end(fd: int, data: bytearray, context: int, end: int, stop: int) -> int:
+def _after_end(read, data: bytearray, context: int, end: int, stop: int) -> int:
     """End of the after context: CONTEXT_LINES lines past `end` within CONTEXT_BYTES (the rest
     of the part when shorter), reading more of the file when data holds too few."""
     position, lines = end - 1, 0
     while lines < CONTEXT_LINES:
         found = data.find(b"\n", position + 1)
         if found < 0:
-            if len(data) - end < CONTEXT_BYTES and _extend(fd, data, context, stop, AFTER_READ):
+            if len(data) - end < CONTEXT_BYTES and _extend(read, data, context, stop, AFTER_READ):
                 continue
             if context + len(data) >= stop and len(data) - end <= CONTEXT_BYTES:
                 return len(data)  # the part's last line, without a line end

@@ -37,8 +37,9 @@ class SourceFile:
     # original line number = line_offset + line number in data.  None: not counted (huge file).
     line_offset: int | None = 0
     compressed: bool = False  # the file was gzip-compressed on disk
-    # Streaming: a large plain file is not held (data empty); its kept part is bytes
-    # [start, start + size) of `path`, read again block by block (blocks()) when analysed.
+    # Streaming: a large file is not held (data empty); its kept part is bytes [start, start +
+    # size) of `path` (of its decompressed content when compressed), read again window by window
+    # (windows(), blocks()) when analysed.
     path: Path | None = None
     start: int = 0  # -1: read the whole file again (readers.read_file with `cap`), e.g. gzip
     cap: int = 0
@@ -70,6 +71,10 @@ class SourceFile:
         if self.start < 0:
             yield readers.normalise_crlf(readers.read_file(self.path, self.cap).data)
             return
+        if self.compressed:  # decompressed as a stream again
+            for window in readers.iter_windows(self.path, self.start, self.size, compressed=True):
+                yield bytes(window.data[window.begin:window.end])
+            return
         yield from readers.iter_blocks(self.path, self.start, self.size)
 
     def windows(self):
@@ -79,7 +84,7 @@ class SourceFile:
         if self.path is None or self.start < 0:
             yield readers.whole_window(next(self.blocks()))
             return
-        yield from readers.iter_windows(self.path, self.start, self.size)
+        yield from readers.iter_windows(self.path, self.start, self.size, compressed=self.compressed)
 
     def read_all(self) -> bytes:
         """The whole content (reads a streamed file whole: avoid for large files)."""
