@@ -83,3 +83,15 @@ def test_the_direct_search_gives_what_the_re2_wrapper_gives(line):
     regex = Regex(rule.match.regex)
     assert regex._spans is not None  # the direct path is the one in use here
     assert regex.search(line) == regex._search_with_wrapper(line)
+
+
+def test_no_lead_stands_on_a_line_a_collapsed_event_counts(tmp_path):
+    # Three corrected DRAM errors, in dmesg and in the journal: context, counted once per log.  The
+    # second look's generic rules read "memory read error" as a lead on the lines that the
+    # collapsed event stands for but whose numbers it does not keep; they are not leads.
+    dmesg = "".join(f"[Wed Dec  2 13:0{m}:00 2026] EDAC MC0: 1 CE memory read error on "
+                    f"CPU_SrcID#0_MC#0_Chan#1_DIMM#0 (channel:1 page:0x{m})\n" for m in (1, 2, 3))
+    journal = "".join(CE.format(h=13, m=m) for m in (1, 2, 3))
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu02/dmesg.txt": dmesg, "gpu02/journal.txt": journal}))
+    assert (diagnosis.category, diagnosis.culprit_nodes) == ("no_evidence", [])
+    assert not any(rule.startswith("fallback.") for rule in diagnosis.rules_fired)

@@ -110,15 +110,13 @@ def exit_signal(job: JobContext) -> int | None:
     return SIGTERM if code_number == SIGTERM else None
 
 
-def without_leads_on_read_lines(events: list[Event]) -> list[Event]:
-    """A second-look lead stands only on a line no rule proper gave a meaning: a line a rule
-    knows as a symptom or as harmless context is that (markers only feed the maps).  A line
-    several fallback rules read is one lead: the strongest (a component's vocabulary before a
-    bare error word)."""
-    read = {(e.source, e.line) for e in events if not e.fallback and e.role != "marker"}
+def one_lead_per_line(events: list[Event]) -> list[Event]:
+    """A line several fallback rules read is one lead: the strongest (a component's vocabulary
+    before a bare error word).  (A lead on a line a rule proper read was dropped by the scanner:
+    scanner._without_leads_on_a_read_line.)"""
     best: dict[tuple[str, int], Event] = {}
     for event in events:
-        if event.fallback and event.role == "cause" and (event.source, event.line) not in read:
+        if event.fallback and event.role == "cause":
             kept = best.setdefault((event.source, event.line), event)
             if event.strength > kept.strength:
                 best[(event.source, event.line)] = event

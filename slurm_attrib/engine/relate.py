@@ -302,6 +302,22 @@ def last_resort_causes(events: list[Event], context: JudgeContext, rule_dirs: tu
     return []
 
 
+def _lines_of(members: list[Event]) -> int:
+    """The lines the events stand for.  A kernel message is in a node's dmesg and in its journal
+    or syslog alike: of a node's system logs, only the one that holds most of them counts."""
+    lines = 0
+    per_log: dict[tuple[str | None, str], int] = defaultdict(int)
+    for event in members:
+        if event.kind in ("kernel", "syslog"):
+            per_log[(event.node, event.source)] += event.repeats
+        else:
+            lines += event.repeats
+    most: dict[str | None, int] = {}
+    for (node, _source), count in per_log.items():
+        most[node] = max(most.get(node, 0), count)
+    return lines + sum(most.values())
+
+
 def _promotions(relation: Relation, events: list[Event], context: JudgeContext) -> list[tuple[Relation, Event, str]]:
     groups: dict[tuple, list[Event]] = defaultdict(list)
     for event in events:
@@ -314,7 +330,7 @@ def _promotions(relation: Relation, events: list[Event], context: JudgeContext) 
         if relation.distinct:
             count = len({e.fields[relation.distinct] for e in members if e.fields.get(relation.distinct)})
         else:
-            count = sum(e.repeats for e in members)
+            count = _lines_of(members)
         checked: dict = {}
         if relation.check:
             (name, parameters), = relation.check.items()

@@ -315,7 +315,7 @@ class Scanner:
             hit = self._match_rule(compiled, text, line_bytes, lineno, start)
             if hit is not None:
                 hits.append(hit)
-        return hits
+        return _without_leads_on_a_read_line(hits)
 
     def _rules_of(self, literal_ids: frozenset[int], kind: str) -> list[CompiledRule]:
         """The rules of these literals that read this kind of source, in rule id order."""
@@ -375,6 +375,16 @@ class Scanner:
         if event.hook:
             hit = HOOKS[event.hook](hit)
         return hit
+
+
+def _without_leads_on_a_read_line(hits: list[Hit]) -> list[Hit]:
+    """A second look's lead (a fallback rule's cause) stands only on a line no rule proper gave a
+    meaning (a marker's only feeds the maps): decided here, line by line, because a collapsed or
+    cascade event keeps only its first line's number."""
+    if len(hits) > 1 and any(h.rule.event.fallback for h in hits) and any(
+            not h.rule.event.fallback and h.role != "marker" for h in hits):
+        return [h for h in hits if not (h.rule.event.fallback and h.role == "cause")]
+    return hits
 
 
 def _holds_a_literal(data: bytes, begin: int, end: int, rule: Rule) -> bool:
