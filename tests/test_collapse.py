@@ -59,15 +59,22 @@ def test_a_line_another_program_filed_never_joins_the_kernels_count(tmp_path):
     assert events[0].trusted and not events[1].trusted
 
 
-def test_only_context_collapses_and_only_by_its_own_groups():
-    rule = next(r for r in load_rules() if r.id == "host.pcie_aer_corrected")
+@pytest.mark.parametrize("rule_id, key, wrong_role, refusal, groups", [
+    ("host.pcie_aer_corrected", "collapse", {"role": "cause", "category": "pcie_error"}, "only context collapses",
+     ["pci", "no_such_group"]),
+    ("torch.watchdog_timeout", "cascade", {"role": "cause", "category": "nccl_usage", "domain": "application"},
+     "joins a cascade", ["seq", "no_such_group"]),
+])
+def test_lines_fold_only_in_their_role_and_only_by_their_own_groups(rule_id, key, wrong_role, refusal, groups):
+    # event.collapse (a node's noise) and event.cascade (what every rank prints)
+    rule = next(r for r in load_rules() if r.id == rule_id)
     data = dataclasses.asdict(rule)
-    wrong_role = copy.deepcopy(data)
-    wrong_role["event"].update(role="cause", category="pcie_error")
-    with pytest.raises(ValidationError, match="only context collapses"):
-        RuleModel.model_validate(wrong_role)
+    refused = copy.deepcopy(data)
+    refused["event"].update(wrong_role)
+    with pytest.raises(ValidationError, match=refusal):
+        RuleModel.model_validate(refused)
     unknown_group = copy.deepcopy(data)
-    unknown_group["event"]["collapse"] = ["pci", "no_such_group"]
+    unknown_group["event"][key] = groups
     with pytest.raises(ValidationError, match="no_such_group"):
         RuleModel.model_validate(unknown_group)
 
