@@ -72,3 +72,26 @@ def test_a_row_that_passes_on_lets_the_next_one_decide(tmp_path):
     (tmp_path / "policies" / "culprits.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
     failures = check_policy(load_policy("culprits", (tmp_path,)), (tmp_path,))
     assert [(f.test, f.got) for f in failures] == [("a one-node job's program failure names its node", [])]
+
+
+def test_a_site_decides_how_far_a_fault_must_spread_to_be_shared(tmp_path):
+    """A site folder's policies/systemic.yaml that calls two nodes enough: the two-node Xid is shared."""
+    raw = yaml.safe_load((bundled_dir("rules") / "policies" / "systemic.yaml").read_text(encoding="utf-8"))
+    raw["rows"][-1]["spread"]["nodes"] = 2
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "systemic.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    failures = check_policy(load_policy("systemic", (tmp_path,)), (tmp_path,))
+    assert [(f.test, f.got) for f in failures] == [("on two nodes it is theirs", [True])]
+
+
+@pytest.mark.parametrize("row", [
+    {"systemic": True, "spread": {"nodes": 3, "within": 300}},
+    {"quality": "likely"},
+    {"spread": {"nodes": 1, "within": 300}},
+])
+def test_a_systemic_row_gives_systemic_or_a_spread(row):
+    raw = {"id": "pol.systemic", "decides": "systemic", "description": "x", "references": ["https://example.org"],
+           "rows": [row], "tests": [{"name": "a", "input": {"a.txt": "x"}, "expect": {"systemic": True}},
+                                    {"name": "b", "input": {"a.txt": "x"}, "expect": {"systemic": False}}]}
+    with pytest.raises(ValidationError):
+        Policy.model_validate(raw)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from slurm_attrib.engine import assemble, correlate, reconcile, relate
 from slurm_attrib.engine.checks import COMPLETION_MARKERS, JudgeContext, stalled_progress, tolerance
-from slurm_attrib.engine.culprits import CulpritContext, blamed_peer
+from slurm_attrib.engine.culprits import CulpritContext
 from slurm_attrib.engine.events import Event, ranks_of
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
-from slurm_attrib.engine.policy import culprits_of, quality_row
+from slurm_attrib.engine.policy import culprits_of, quality_row, systemic_of
 from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.engine.verdict import Verdict
 from slurm_attrib.ingest.gpuids import gpu_identities
@@ -18,8 +18,6 @@ from slurm_attrib.provenance import Provenance
 from slurm_attrib.vocab import DRAINABLE_DOMAINS
 
 FAILED_STATES = {"FAILED", *reconcile.STATE_CAUSES}
-SYSTEMIC_MIN_NODES = 3  # the same fault on at least this many nodes ...
-SYSTEMIC_WINDOW = 300.0  # ... within this many seconds of the first is systemic
 
 
 def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_seen: dict[str, float],
@@ -84,8 +82,7 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float],
     relate.explain(events, context, rule_dirs, link=True)
     verdict = Verdict(domain=primary.domain, category=primary.category or "no_evidence", quality="likely")
     verdict.primary, verdict.rivals = primary, rivals
-    peer = blamed_peer(events) if primary.category == "transport_error" and not primary.trusted else []
-    verdict.systemic = not peer and _is_systemic(candidates, primary)
+    verdict.systemic = systemic_of(verdict, candidates, job, events, rule_dirs)
     verdict.culprits = culprits_of(CulpritContext(verdict, events, job, nodes_without_logs, last_seen), rule_dirs)
     row = quality_row(verdict, job, events, rule_dirs)
     verdict.quality = row.quality
@@ -170,20 +167,6 @@ def _independent_rivals(primary: Event, others: list[Event]) -> list[Event]:
                 continue  # same file, ordered by lines
             rivals.setdefault(other.node, other)
     return [rivals[n] for n in sorted(rivals)]
-
-
-def _is_systemic(candidates: list[Event], primary: Event) -> bool:
-    """The same fault on several nodes within minutes: a shared cause (a switch, a filesystem,
-    power, a configuration every rank shares), not one of these nodes."""
-    nodes = {
-        c.node
-        for c in candidates
-        if c.category == primary.category
-        and c.node
-        and (primary.time is None or (c.time is not None and abs(c.time - primary.time) <= SYSTEMIC_WINDOW))
-    }
-    # A filesystem is shared by design: two clients seeing it fail is the filesystem's fault.
-    return len(nodes) >= (2 if primary.domain == "storage" else SYSTEMIC_MIN_NODES)
 
 
 def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from slurm_attrib.engine.culprits import FINDERS, CulpritContext
+from slurm_attrib.engine.culprits import FINDERS, CulpritContext, blamed_peer
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.reconcile import job_state
 from slurm_attrib.engine.relate import fill, matches
@@ -18,6 +18,20 @@ from slurm_attrib.ruleset.spec import compiled
 
 if TYPE_CHECKING:
     from slurm_attrib.engine.verdict import Verdict
+
+
+def systemic_of(verdict: Verdict, candidates: list[Event], job: JobContext, events: list[Event],
+                rule_dirs: tuple[Path, ...] = ()) -> bool:
+    """What pol.systemic says of the chosen cause: one shared by many nodes (a switch, a filesystem,
+    a configuration every rank shares) rather than one node's; `candidates` are the causes the
+    ranking chose among."""
+    row = next(row for row in policy("systemic", rule_dirs).rows if holds(row.when, verdict, job, events))
+    if row.spread is None:
+        return bool(row.systemic)
+    primary = verdict.primary
+    nodes = {c.node for c in candidates if c.category == primary.category and c.node and (
+        primary.time is None or (c.time is not None and abs(c.time - primary.time) <= row.spread.within))}
+    return len(nodes) >= row.spread.nodes
 
 
 def quality_row(verdict: Verdict, job: JobContext, events: list[Event], rule_dirs: tuple[Path, ...] = ()) -> Row:
@@ -65,6 +79,7 @@ def holds(when: When | None, verdict: Verdict, job: JobContext, events: list[Eve
         and (when.job_nodes is None or len(job.nodes) == when.job_nodes)
         and (when.text is None or (primary is not None and compiled(when.text).search(primary.text) is not None))
         and (when.other_causes is None or _other_causes(primary, events) == when.other_causes)
+        and (when.blamed_peer is None or bool(blamed_peer(events)) == when.blamed_peer)
     )
 
 

@@ -74,9 +74,12 @@ def check_policy(policy: Policy, rule_dirs: tuple[Path, ...] = ()) -> list[Relat
     return failures
 
 
-def policy_outcome(policy: Policy, diagnosis: Diagnosis) -> list[str]:
-    """What a diagnosis says of what the policy decides: its culprit nodes (sorted) or [its quality]."""
-    return sorted(diagnosis.culprit_nodes) if policy.decides == "culprits" else [diagnosis.quality]
+def policy_outcome(policy: Policy, diagnosis: Diagnosis) -> list:
+    """What a diagnosis says of what the policy decides: its culprit nodes (sorted), [its quality]
+    or [whether it is systemic]."""
+    if policy.decides == "culprits":
+        return sorted(diagnosis.culprit_nodes)
+    return [diagnosis.systemic] if policy.decides == "systemic" else [diagnosis.quality]
 
 
 def expected_outcome(policy: Policy, test: PolicyTest) -> list[str]:

@@ -1,10 +1,11 @@
 """Policies: the judgement's last decisions as small tables, read first row first.
 
-Once the cause is chosen, which nodes are the culprits and how sure the diagnosis is are
-policies: each a list of rows, a condition on the verdict and what follows from it.
+Once the cause is chosen, whether it is one shared by many nodes, which nodes are the culprits and
+how sure the diagnosis is are policies: each a list of rows, a condition on the verdict and what
+follows from it.
 
     id: pol.quality
-    decides: quality                      # quality | culprits
+    decides: quality                      # systemic | culprits | quality (read in this order)
     description: ...
     references: [https://...]
     rows:
@@ -19,6 +20,7 @@ policies: each a list of rows, a condition on the verdict and what follows from 
           job_nodes: 1                    # the job's record lists this many nodes (0: none)
           text: '(?i)\\bmight\\b'           # RE2, searched in the cause's line
           other_causes: true              # another cause of another domain it does not explain
+          blamed_peer: true               # the job's lines blame one peer node (culprits.blamed_peer)
         quality: insufficient             # quality: what the row gives
         note: '...'                       # optional: a note the diagnosis carries when the row holds
                                           # ([ on {node}]: the cause's node, left out when unknown)
@@ -31,7 +33,10 @@ policies: each a list of rows, a condition on the verdict and what follows from 
 
 A culprits row names a finder (engine/culprits.py) instead of a quality: `by: failed_nodes`; with
 `or_next: true` the next row is read when the finder names nobody; a row with a note and no `by`
-only adds its note.  The first row that decides, decides.
+only adds its note.  A systemic row gives `systemic: false`, or `spread: {nodes: 3, within: 300}`:
+systemic when the candidate causes of the chosen one's category stand on at least that many nodes
+within that many seconds of it (all of them when it has no time).  The first row that decides,
+decides.
 
 The bundled `rules/policies/<name>.yaml`; a site rule folder's `policies/<name>.yaml` replaces it.
 """
@@ -50,7 +55,7 @@ from slurm_attrib.ruleset.cache import cached
 from slurm_attrib.ruleset.relations import EventMatch, Strict
 
 POLICIES_FOLDER = "policies"  # inside each rule folder
-POLICIES = ("culprits", "quality")  # the policies the judgement reads, one file each
+POLICIES = ("systemic", "culprits", "quality")  # the policies the judgement reads, one file each, in this order
 QUALITIES = ("confirmed", "likely", "ambiguous", "insufficient")
 
 
@@ -64,6 +69,7 @@ class When(Strict):
     job_nodes: int | None = Field(default=None, ge=0)
     text: str | None = None
     other_causes: bool | None = None  # another cause, of another domain, that the chosen one does not explain
+    blamed_peer: bool | None = None  # the job's lines blame one peer node (engine/culprits.blamed_peer)
 
     @field_validator("text")
     @classmethod
@@ -78,29 +84,39 @@ class When(Strict):
         return value
 
 
+class Spread(Strict):
+    """systemic: the chosen cause's category on at least `nodes` nodes within `within` seconds of it."""
+
+    nodes: int = Field(ge=2)
+    within: float = Field(gt=0)
+
+
 class Row(Strict):
     name: str = ""
     when: When | None = None  # none: the row always holds
     quality: Literal["confirmed", "likely", "ambiguous", "insufficient"] | None = None
     by: str | None = None  # culprits: the finder (engine/culprits.py FINDERS)
     or_next: bool = False  # culprits: when the finder names nobody, the next row is read
+    systemic: bool | None = None  # systemic: what the row gives ...
+    spread: Spread | None = None  # ... or how far the cause must spread to be systemic
     note: str = ""
 
     @property
     def decides(self) -> bool:
-        return self.quality is not None or (self.by is not None and not self.or_next)
+        return (self.quality is not None or (self.by is not None and not self.or_next)
+                or self.systemic is not None or self.spread is not None)
 
 
 class PolicyTest(Strict):
     name: str
     job: dict[str, Any] = {}
     input: dict[str, str] = Field(min_length=1)
-    expect: dict[Literal["quality", "culprits"], Any]
+    expect: dict[Literal["quality", "culprits", "systemic"], Any]
 
 
 class Policy(Strict):
     id: str = Field(pattern=r"^pol\.[a-z0-9_]+$")
-    decides: Literal["quality", "culprits"]
+    decides: Literal["systemic", "culprits", "quality"]
     description: str
     references: list[str] = Field(min_length=1)
     rows: list[Row] = Field(min_length=1)
@@ -109,10 +125,14 @@ class Policy(Strict):
     @model_validator(mode="after")
     def _rows_fit_and_one_always_decides(self) -> "Policy":
         for row in self.rows:
-            if self.decides == "quality" and (row.quality is None or row.by is not None or row.or_next):
+            gives_systemic = row.systemic is not None or row.spread is not None
+            if self.decides == "quality" and (row.quality is None or row.by is not None or row.or_next or gives_systemic):
                 raise ValueError(f"row {row.name!r}: a quality row gives a `quality`, no `by`")
-            if self.decides == "culprits" and (row.quality is not None or (row.by is None and not row.note)):
+            if self.decides == "culprits" and (row.quality is not None or gives_systemic or (row.by is None and not row.note)):
                 raise ValueError(f"row {row.name!r}: a culprits row names a finder (`by`) or adds a `note`")
+            if self.decides == "systemic" and ((row.systemic is None) == (row.spread is None) or row.quality is not None
+                                               or row.by is not None or row.or_next or row.note):
+                raise ValueError(f"row {row.name!r}: a systemic row gives `systemic` or a `spread`, nothing else")
         last = self.rows[-1]
         if last.when is not None or not last.decides:
             raise ValueError("the last row has no `when` and decides: some row always decides")
