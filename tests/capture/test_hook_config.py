@@ -108,3 +108,56 @@ def test_the_ctld_hook_records_a_python_that_cannot_start_for_the_job_and_doctor
     assert "job 4245" in (tmp_path / "results" / "hook-failures.log").read_text()
     mode = (tmp_path / "results" / "4245" / "status.json").stat().st_mode & 0o777
     assert mode == 0o640
+
+
+# /etc/sattrib/config.yaml, the third place, read in a private mount namespace whose /etc is an
+# overlay of the machine's: the test never writes the machine's own /etc.
+PRIVATE_ETC = ('mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1/upper,workdir=$1/work" /etc'
+               ' && mkdir -p /etc/sattrib && cp "$2" /etc/sattrib/config.yaml && shift 2 && exec "$@"')
+
+
+@pytest.fixture
+def bare_hooks(tmp_path):
+    """The hooks as `sattrib install-hooks` writes them, with no `sattrib-config` beside them."""
+    folder = tmp_path / "bare-hooks"
+    subprocess.run([sys.executable, "-m", "slurm_attrib", "install-hooks", str(folder)], check=True,
+                   capture_output=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert not (folder / "sattrib-config").exists()
+    return folder
+
+
+def _with_etc_config(config: Path, hook: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    overlay = config.parent / "etc-overlay"
+    (overlay / "upper").mkdir(parents=True, exist_ok=True)
+    (overlay / "work").mkdir(exist_ok=True)
+    command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", PRIVATE_ETC, "sh",
+               str(overlay), str(config), str(hook), *args]
+    done = subprocess.run(command, env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", **env}, capture_output=True,
+                          text=True, timeout=60)
+    if done.returncode != 0 and ("unshare" in done.stderr or "mount" in done.stderr):
+        pytest.skip(f"no private mount namespace with an overlay here: {done.stderr.strip()}")
+    return done
+
+
+def test_every_hook_reads_etc_sattrib_config_yaml_when_nothing_else_names_a_config(node, bare_hooks, tmp_path):
+    node.config["results"] = str(tmp_path / "results")
+    (tmp_path / "results").mkdir(mode=0o755)
+    config = node.write_config()
+    for hook in HOOKS:
+        done = _with_etc_config(config, bare_hooks / hook, {}, "--check")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.splitlines()[1] == "config /etc/sattrib/config.yaml"
+        assert f"local_spool {node.local}" in done.stdout.splitlines()
+    env = {**_slurm_env(node), "SLURM_JOB_ID": "4246"}
+    assert _with_etc_config(config, bare_hooks / "sattrib-prolog", env).returncode == 0
+    assert (node.local / "prolog" / "4246.json").is_file()  # the configured local spool
+    assert _with_etc_config(config, bare_hooks / "sattrib-epilog", env).returncode == 0
+    node.env["SLURM_JOB_ID"] = "4246"
+    assert node.bundle()["job"]["job_id"] == "4246"  # in the configured spool
+    assert _with_etc_config(config, bare_hooks / "sattrib-epilog-ctld", {**env, "SLURM_JOB_NODELIST": ""}).returncode == 0
+    log = tmp_path / "results" / "worker.log"  # the detached worker's, in the configured results
+    end = time.monotonic() + 30
+    while not log.is_file() and time.monotonic() < end:
+        time.sleep(0.1)
+    assert log.is_file()
+    assert not Path("/etc/sattrib/config.yaml").exists() or Path("/etc/sattrib/config.yaml").read_bytes() != config.read_bytes()
