@@ -52,3 +52,7 @@ SEVERITIES = ("info", "warning", "error", "critical")
 #   job         the job record (job.json, Slurm's own accounting)
 #   metrics     changes of monitoring series (DCGM, node_exporter) read by the Prometheus connector
 SOURCE_KINDS = ("kernel", "syslog", "app", "nvidia_smi", "sysfs", "job", "metrics")
+
+# notes key: another category the same event reads as (a relation's `keeps_reading`, a code
+# table's `other_reading`): the diagnosis is ambiguous and lists that reading as an alternative
+OTHER_READING = "other_reading"

@@ -25,7 +25,7 @@ from slurm_attrib.ruleset.hooks import (
 from slurm_attrib.ruleset.loader import load_rules
 from slurm_attrib.ruleset.scanner import Scanner
 from slurm_attrib.ruleset.selftest import check_rule
-from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, SOURCE_KINDS
+from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, DOMAIN_OF_CATEGORY, SOURCE_KINDS
 
 RULES = load_rules()
 PROPER = [r for r in RULES if not r.event.fallback]  # what the first pass reads (fallback rules: second look only)
@@ -420,6 +420,8 @@ def test_code_tables_are_complete_and_valid():
                 assert entry["category"] in CATEGORIES_BY_DOMAIN[entry["domain"]], (family, number)
             if entry["role"] == "cause":
                 assert entry["category"] is not None, (family, number)
+            if entry.get("other_reading") is not None:
+                assert entry["other_reading"] in DOMAIN_OF_CATEGORY and entry["other_reading"] != entry["category"], (family, number)
     assert len(tables["cuda_runtime"]["by_number"]) >= 130 and len(tables["cuda_driver"]["by_number"]) >= 100
 
 
@@ -440,7 +442,7 @@ def test_code_tables_are_complete_and_valid():
         (CUDA_FAMILIES, "uncorrectable ECC error encountered", ("cudaErrorECCUncorrectable", "gpu", "gpu_uncorrectable_ecc", "cause", 2)),
         (CUDA_FAMILIES, "unknown error", ("cudaErrorUnknown", "gpu", "gpu_hardware_other", "cause", 1)),
         (CUDA_FAMILIES, 802, ("cudaErrorSystemNotReady", "gpu", "gpu_nvlink", "cause", 2)),
-        (CUDA_FAMILIES, "all CUDA-capable devices are busy or unavailable", ("cudaErrorDevicesUnavailable", "gpu", "gpu_hardware_other", "cause", 1)),
+        (CUDA_FAMILIES, "all CUDA-capable devices are busy or unavailable", ("cudaErrorDevicesUnavailable", "application", "cuda_error", "cause", 1)),
         (CUDA_FAMILIES, "cudaErrorNvlinkUncorrectable", ("cudaErrorNvlinkUncorrectable", "gpu", "gpu_nvlink", "cause", 2)),
         (CUDA_FAMILIES, "cudaErrorMemoryAllocation", ("cudaErrorMemoryAllocation", "application", "gpu_oom", "cause", 3)),
         (CUDA_FAMILIES, "an illegal instruction was encountered", ("cudaErrorIllegalInstruction", "application", "cuda_error", "cause", 2)),

@@ -7,11 +7,11 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from slurm_attrib.engine.events import OTHER_READING, Event, ranks_of
+from slurm_attrib.engine.events import Event, ranks_of
 from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.ingest.types import JobContext
 from slurm_attrib.model import Cause, EvidenceLine, Gpu, Link, Outcome, SymptomGroup, TimelineEntry
-from slurm_attrib.vocab import DOMAIN_OF_CATEGORY
+from slurm_attrib.vocab import DOMAIN_OF_CATEGORY, OTHER_READING
 
 if TYPE_CHECKING:
     from slurm_attrib.engine.verdict import Verdict

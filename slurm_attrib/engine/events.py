@@ -32,9 +32,6 @@ from slurm_attrib.ruleset.scanner import Hit, Scanner
 from slurm_attrib.timebounds import sane_time
 
 
-# notes key: the category a promotion replaced that still reads the event as well (a relation's
-# `keeps_reading`): the diagnosis is ambiguous and lists that reading as an alternative
-OTHER_READING = "other_reading"
 
 
 @dataclass(slots=True)

@@ -30,10 +30,10 @@ from typing import Callable
 
 from slurm_attrib.engine.checks import AGGREGATE_CHECKS, EXPLAINS_CHECKS, JOB_CHECKS, SUPPRESS_CHECKS, JudgeContext, check_problem
 from slurm_attrib.engine.correlate import SKEW
-from slurm_attrib.engine.events import OTHER_READING, Event
+from slurm_attrib.engine.events import Event
 from slurm_attrib.errors import RuleError
 from slurm_attrib.ruleset.relations import Effect, EventMatch, Reading, Relation, load_relations
-from slurm_attrib.vocab import DOMAIN_OF_CATEGORY
+from slurm_attrib.vocab import DOMAIN_OF_CATEGORY, OTHER_READING
 
 
 @cache

@@ -16,6 +16,7 @@ from slurm_attrib.paths import bundled_dir
 from slurm_attrib.ruleset.cache import cached
 from slurm_attrib.ruleset.loader import load_yaml_file
 from slurm_attrib.ruleset.spec import compiled
+from slurm_attrib.vocab import OTHER_READING
 
 
 if TYPE_CHECKING:
@@ -191,6 +192,8 @@ def _apply_code(hit: "Hit", entry: dict[str, Any], note: str) -> "Hit":
         return hit
     hit.domain, hit.role, hit.strength = entry["domain"], role, entry["strength"]
     hit.category = entry.get("category")
+    if entry.get("other_reading"):  # the same code read another way by other sites and threads
+        hit.notes[OTHER_READING] = entry["other_reading"]
     if role == "cause" and hit.category is None:  # a cause needs a category: keep the rule's
         hit.category = hit.rule.event.category
     if role == "symptom":
