@@ -594,3 +594,15 @@ def test_without_the_jobs_record_a_program_failure_in_lines_of_one_host_names_it
         (tmp_path / name).mkdir()
         (tmp_path / name / "train.log").write_text(init(*hosts) + oom)
         assert analyze_path(tmp_path / name).culprit_nodes == culprits, name
+
+
+def test_a_busy_gpu_is_read_both_ways_and_the_owner_told_to_give_each_process_its_own(tmp_path):
+    # CUDA error 46: the job's own ranks sharing a GPU in exclusive-process mode, or the node's
+    # GPU taken by something else (rules/_codes.yaml other_reading and action)
+    out = "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable\n"
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": out}))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.quality) == ("application", "cuda_error", "ambiguous")
+    assert [a.category for a in diagnosis.alternatives] == ["gpu_hardware_other"]
+    assert diagnosis.drain == []
+    user = [a.text for a in diagnosis.actions if a.who == "user"]
+    assert user and user[0].startswith("Give each process its own GPU")

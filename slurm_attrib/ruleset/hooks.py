@@ -194,6 +194,8 @@ def _apply_code(hit: "Hit", entry: dict[str, Any], note: str) -> "Hit":
     hit.category = entry.get("category")
     if entry.get("other_reading"):  # the same code read another way by other sites and threads
         hit.notes[OTHER_READING] = entry["other_reading"]
+    if entry.get("action"):  # what the job's owner should do about this code (engine/explain.py)
+        hit.notes["code_action"] = entry["action"]
     if role == "cause" and hit.category is None:  # a cause needs a category: keep the rule's
         hit.category = hit.rule.event.category
     if role == "symptom":
