@@ -32,8 +32,6 @@ from slurm_attrib.ruleset.scanner import Hit, Scanner
 from slurm_attrib.timebounds import sane_time
 
 
-
-
 @dataclass(slots=True)
 class RankShare:
     """The lines of one rank in a cascade's event: how many, and the first one's line number in
@@ -374,13 +372,19 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, first_line: str, o
         literals=hit.rule.match.contains,
     )
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host
-    event.rank = hit.fields.get("rank", origin.rank)
-    if isinstance(event.rank, str):
-        event.rank = int(event.rank) if event.rank.isdigit() else None
+    event.rank = _rank_of(hit, origin)
     task = hit.fields.get("task")
     event.task = origin.task if origin.task is not None else (int(task) if str(task).isdigit() else None)
     event.node = source.node
     return event
+
+
+def _rank_of(hit: Hit, origin: Origin) -> int | None:
+    """The rank a hit's line names: the rule's field, else the line's prefix."""
+    rank = hit.fields.get("rank", origin.rank)
+    if isinstance(rank, str):
+        return int(rank) if rank.isdigit() else None
+    return rank
 
 
 COLLAPSE_MONO_SPAN = 60.0  # seconds-since-boot lines collapse per minute: their wall time is not known yet
@@ -413,9 +417,7 @@ def _join_cascade(event: Event, hit: Hit, origin: Origin, source: SourceFile, st
     """Count the hit's line under its rank in the cascade's event.  A line that names no task or
     host (a host field is in the key: schema) may come from any node: its rank keeps its first
     line's text, for the part of the event split off for the rank's node (resolve_nodes)."""
-    rank = hit.fields.get("rank", origin.rank)
-    if isinstance(rank, str):
-        rank = int(rank) if rank.isdigit() else None
+    rank = _rank_of(hit, origin)
     if rank is None:
         return
     share = event.ranks.get(rank)
