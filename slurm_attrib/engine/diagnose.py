@@ -90,6 +90,8 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float],
         verdict.notes.append(row.note)
     if "inferred" in primary.notes:  # the cause was inferred from a pattern of lines: say which
         verdict.notes.append(primary.notes["inferred"])
+    if "hint" in primary.notes:  # what the cause's reading adds (an origin relation's `hints`, a code's)
+        verdict.notes.append(primary.notes["hint"])
     if primary.domain == "scheduler":
         verdict.notes += _stall_before_the_end(events, job)
     if primary.fallback:
