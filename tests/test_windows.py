@@ -222,6 +222,7 @@ def test_a_large_gzip_output_is_streamed_and_read_whole(tmp_path, monkeypatch):
         (source,) = evidence.files
         assert source.streamed and source.start == 0 and source.size == len(content)
         assert source.compressed == (name == "gz")
+        assert source.read_all() == content  # its windows' bodies, joined (SourceFile.blocks)
         found[name] = [(e.rule_id, e.line, e.rank) for e in scan_evidence(evidence, _scanner(())).events]
     assert found["gz"] == found["plain"]
     assert any(rule == "marker.nccl_rank" for rule, _, _ in found["gz"])  # the first lines

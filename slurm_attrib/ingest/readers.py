@@ -42,6 +42,7 @@ MAX_GZIP_KEPT = 64 * MiB
 # Text logs compress 5-20:1, very repetitive ones a few hundred; deflate's limit is ~1030:1.
 MAX_GZIP_RATIO = 200
 GZIP_MAGIC = b"\x1f\x8b"
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass
@@ -77,9 +78,8 @@ def _file_type(mode: int) -> str:
 
 def read_file(path: Path | str, cap: int = MAX_FILE_BYTES) -> ReadResult:
     """Read one file safely: at most `cap` bytes of (decompressed) content, the newest kept."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, _READ_FLAGS)
     except OSError as error:
         if error.errno == errno.ELOOP:
             return ReadResult(b"", "skipped", "symbolic link (not followed)")
@@ -256,13 +256,13 @@ def _read_gzip(stream, cap: int) -> ReadResult:
 
 
 # ------------------------------------------------------------------------------------ streaming
-# Large plain files are not held in memory: `probe_file` reads what ingest needs up front (a head
-# and a tail sample, the size, where the kept part starts) and `iter_blocks` reads the kept part
-# again, block by block, when the file is analysed.
+# Large files are not held in memory: `probe_file` reads what ingest needs up front (a head and a
+# tail sample, the size, where the kept part starts) and `iter_windows` reads the kept part again,
+# window by window, when the file is analysed.
 
 SMALL_FILE = 1 * MiB  # files up to this size (of content, for gzip) are read whole
 SAMPLE = 256 * 1024  # head and tail kept by the probe of a large file
-BLOCK = 8 * MiB
+BLOCK = 8 * MiB  # the bodies of the windows SourceFile.blocks() joins for a whole read
 
 
 @dataclass
@@ -325,7 +325,6 @@ def probe_file(path: Path | str, cap: int = MAX_FILE_BYTES) -> Probe:
             os.close(fd)
 
 
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _SAMPLE_READ = 2 * SAMPLE + 2  # bytes read for a sample: it is cut to SAMPLE once CRLF is normalised
 
 
@@ -398,35 +397,6 @@ def _find_newline(fd: int, begin: int, end: int) -> int:
             return position + found
         position += len(block)
     return -1
-
-
-def iter_blocks(path: Path | str, start: int, size: int, block: int = BLOCK):
-    """The kept part of a large plain file in blocks that end at a line end (the last one at the
-    end of the part), CRLF normalised."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
-    try:
-        position, end, carry = start, start + size, b""
-        while position < end:
-            piece = os.pread(fd, min(block, end - position), position)
-            if not piece:
-                break
-            position += len(piece)
-            piece = carry + piece if carry else piece
-            cut = piece.rfind(b"\n") + 1
-            if position >= end or cut == 0:
-                if position >= end:
-                    carry = b""
-                    yield normalise_crlf(piece)
-                else:
-                    carry = piece
-                continue
-            carry = piece[cut:]
-            yield normalise_crlf(piece[:cut] if carry else piece)
-        if carry:
-            yield normalise_crlf(carry)
-    finally:
-        os.close(fd)
 
 
 # Windows: what the scanner reads.  Each window is one pread into a bytearray holding the body

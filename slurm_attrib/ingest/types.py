@@ -71,11 +71,8 @@ class SourceFile:
         if self.start < 0:
             yield readers.normalise_crlf(readers.read_file(self.path, self.cap).data)
             return
-        if self.compressed:  # decompressed as a stream again
-            for window in readers.iter_windows(self.path, self.start, self.size, compressed=True):
-                yield bytes(window.data[window.begin:window.end])
-            return
-        yield from readers.iter_blocks(self.path, self.start, self.size)
+        for window in readers.iter_windows(self.path, self.start, self.size, readers.BLOCK, self.compressed):
+            yield bytes(window.data[window.begin:window.end])
 
     def windows(self):
         """The content as readers.Window objects: one window when held in memory."""
