@@ -145,9 +145,10 @@ def actions_for(verdict: "Verdict", drains: list[Drain]) -> list[Action]:
         actions.append(Action(who="admin", text=(RDMA_SETUP_ACTION if setup else ADMIN_ACTIONS[primary.domain]).format(nodes=nodes)))
     if verdict.systemic:
         actions.append(Action(who="admin", text="Investigate the shared service (filesystem, fabric) used by all nodes; do not drain nodes one by one"))
-    if primary.notes.get("code_action") or primary.category in USER_ACTIONS:
-        # a code's own advice (rules/_codes.yaml `action`) before its category's general one
-        actions.append(Action(who="user", text=primary.notes.get("code_action") or USER_ACTIONS[primary.category]))
+    # a code's own advice (rules/_codes.yaml `action`) before its category's general one
+    user_action = primary.notes.get("code_action") or USER_ACTIONS.get(primary.category)
+    if user_action:
+        actions.append(Action(who="user", text=user_action))
     elif primary.domain in ("gpu", "network", "host"):
         actions.append(Action(who="user", text="Resubmit the job excluding the culprit node(s) (--exclude)" if verdict.culprits else "Resubmit the job"))
     if primary.domain in ("gpu", "network", "host") and not drains and verdict.culprits:

@@ -25,7 +25,7 @@ def systemic_of(verdict: Verdict, candidates: list[Event], job: JobContext, even
     """What pol.systemic says of the chosen cause: one shared by many nodes (a switch, a filesystem,
     a configuration every rank shares) rather than one node's; `candidates` are the causes the
     ranking chose among."""
-    row = next(row for row in policy("systemic", rule_dirs).rows if holds(row.when, verdict, job, events))
+    row = _first_row_that_holds("systemic", verdict, job, events, rule_dirs)
     if row.spread is None:
         return bool(row.systemic)
     primary = verdict.primary
@@ -36,7 +36,13 @@ def systemic_of(verdict: Verdict, candidates: list[Event], job: JobContext, even
 
 def quality_row(verdict: Verdict, job: JobContext, events: list[Event], rule_dirs: tuple[Path, ...] = ()) -> Row:
     """The row of pol.quality that decides the verdict's quality (its cause chosen, culprits named)."""
-    return next(row for row in policy("quality", rule_dirs).rows if holds(row.when, verdict, job, events))
+    return _first_row_that_holds("quality", verdict, job, events, rule_dirs)
+
+
+def _first_row_that_holds(name: str, verdict: Verdict, job: JobContext, events: list[Event],
+                          rule_dirs: tuple[Path, ...]) -> Row:
+    # the last row of a policy always holds (ruleset/policies.py)
+    return next(row for row in policy(name, rule_dirs).rows if holds(row.when, verdict, job, events))
 
 
 def culprits_of(found: CulpritContext, rule_dirs: tuple[Path, ...] = ()) -> list[str]:
