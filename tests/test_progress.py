@@ -118,6 +118,25 @@ def test_the_last_progress_of_a_streamed_file_is_read_from_its_last_window(tmp_p
     assert any(f"progress stopped at {done}/1000" in note and f"slurm-5001.out:{lines}" in note for note in found["notes"])
 
 
+def test_a_streamed_file_with_counted_lines_is_read_at_its_ends_only(tmp_path):
+    """A cascade's line in every window (NCCL's per-rank init line, one event for all of them)
+    must not make a middle window read as the file's first: two progress events, not one per window."""
+    init = ("gpu01:5776:5898 [3] NCCL INFO comm 0x55d4f0a0b2c0 rank 3 nranks 8 cudaDev 3 nvmlDev 3 busId 3b000"
+            " commId 0x8f2a9c1d2e3f4a5b - Init COMPLETE\n")
+    lines = WINDOW_BLOCK * 3 // len(_megatron(1).encode())
+    text = "".join(MEGATRON.format(m=0, s=0, k=k % 999 + 1, c=k) + (init if k % 500 == 0 else "") for k in range(lines))
+    root = tmp_path / "job"
+    root.mkdir()
+    (root / "slurm-5001.out").write_text(text)
+    evidence = layout.load_evidence(root)
+    assert len(list(evidence.files[0].windows())) > 2
+    from slurm_attrib.engine.events import scan_evidence
+
+    events = scan_evidence(evidence, Scanner(RULES)).events
+    assert sum(e.repeats for e in events if e.rule_id == "marker.nccl_rank") == (lines - 1) // 500 + 1
+    assert [e.fields["done"] for e in events if e.type == "job_progress"] == [1, (lines - 1) % 999 + 1]
+
+
 def test_a_time_limit_after_progress_stopped_says_the_run_stalled_first(tmp_path):
     job = {"job_id": "5001", "state": "TIMEOUT", "exit_code": "0:15", "start": "2026-12-02T09:59:00Z",
            "end": "2026-12-02T12:00:00Z", "nodes": ["gpu01"]}

@@ -153,12 +153,12 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
     clock = FileClock(source, year)
     scan = _FileScan([], [], {}, NO_TIME)
     collapsed: dict[tuple, Event] = {}
-    tail, line, first = b"", 1, True
+    tail, line, first_window = b"", 1, True
     for window in source.windows():
         clock.enter(window.data, window.offset)
-        ends = ("both" if window.last else "first") if first else ("last" if window.last else "none")
+        ends = ("both" if window.last else "first") if first_window else ("last" if window.last else "none")
         hits = scanner.scan(window.data, source.kind, window.begin, window.end, line, ends)
-        first = False
+        first_window = False
         last_stamps: dict[int, tuple[Event, LineTime]] = {}  # by id(event): events compare by value
         read_at = -1  # the offset of the line read last: the hits on one line share its time and origin
         for hit in hits:
@@ -173,11 +173,11 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
             elif spec.cascade is not None:
                 key = _cascade_key(hit, origin, stamp, job)
             if key in collapsed:
-                first = collapsed[key]
-                first.repeats += 1
-                last_stamps[id(first)] = (first, stamp)
+                joined = collapsed[key]
+                joined.repeats += 1
+                last_stamps[id(joined)] = (joined, stamp)
                 if spec.cascade is not None:
-                    _join_cascade(first, hit, origin, source, stamp)
+                    _join_cascade(joined, hit, origin, source, stamp)
                 continue
             event = _event_from_hit(hit, source, index, first_line, origin, inherited)
             scan.events.append(event)
