@@ -95,3 +95,67 @@ def test_a_systemic_row_gives_systemic_or_a_spread(row):
                                     {"name": "b", "input": {"a.txt": "x"}, "expect": {"systemic": False}}]}
     with pytest.raises(ValidationError):
         Policy.model_validate(raw)
+
+
+# ---------------------------------------------------------------- pol.outcome: no line names a cause
+
+def test_the_outcome_policy_knows_every_state_that_is_a_failure():
+    """Its row for a failed job lists FAILED and every state that is itself a cause (reconcile)."""
+    from slurm_attrib.engine.reconcile import STATE_CAUSES
+
+    (outcome,) = [p for p in LOADED if p.id == "pol.outcome"]
+    (failed,) = [row for row in outcome.rows if row.name.startswith("Slurm says the job failed")]
+    assert set(failed.when.job_state) == {"FAILED", *STATE_CAUSES}
+
+
+def test_every_outcome_row_is_tested_by_an_outcome_it_gives():
+    (outcome,) = [p for p in LOADED if p.id == "pol.outcome"]
+    given = {f"{row.outcome.category}/{row.outcome.quality}" for row in outcome.rows}
+    assert given == {t.expect["outcome"] for t in outcome.tests}
+
+
+def test_without_the_completed_row_a_quiet_completed_job_is_read_from_its_lines(tmp_path):
+    """Slurm's COMPLETED row is what makes a node's background noise no failure: without it, a
+    completed job whose node logged only slow Lustre replies has no positive end left to read."""
+    raw = yaml.safe_load((bundled_dir("rules") / "policies" / "outcome.yaml").read_text(encoding="utf-8"))
+    raw["rows"] = [row for row in raw["rows"] if row["name"] != "Slurm says the job completed"]
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "outcome.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    failures = check_policy(load_policy("outcome", (tmp_path,)), (tmp_path,))
+    assert ("a completed job whose node logs corrected errors and slow Lustre replies", ["no_evidence/insufficient"]) in [
+        (f.test, f.got) for f in failures]
+
+
+@pytest.mark.parametrize("rows, problem", [
+    ([{"quality": "likely"}], "only an outcome row, and every one, gives an `outcome`"),
+    ([{"outcome": {"category": "no_evidence", "quality": "insufficient"}, "spread": {"nodes": 2, "within": 1}}],
+     "an outcome row gives"),
+    ([{"outcome": {"category": "a_mystery", "quality": "likely"}}], "category"),
+    ([{"outcome": {"category": "success", "quality": "likely"}, "by": "stalled", "or_next": True}], "the last row"),
+])
+def test_a_malformed_outcome_policy_is_refused_with_its_reason(rows, problem):
+    raw = {"id": "pol.outcome", "decides": "outcome", "description": "x", "references": ["https://example.org"],
+           "rows": rows, "tests": [{"name": "a", "input": {"a.txt": "x"}, "expect": {"outcome": "success/likely"}},
+                                   {"name": "b", "input": {"a.txt": "x"}, "expect": {"outcome": "success/likely"}}]}
+    with pytest.raises(ValidationError, match=problem):
+        Policy.model_validate(raw)
+
+
+def test_an_outcome_row_names_a_known_finder(tmp_path):
+    from slurm_attrib.engine.policy import policy
+    from slurm_attrib.errors import RuleError
+
+    raw = yaml.safe_load((bundled_dir("rules") / "policies" / "outcome.yaml").read_text(encoding="utf-8"))
+    raw["rows"][0]["by"] = "its_node"  # a culprits finder, not an outcome one
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "outcome.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    with pytest.raises(RuleError, match="unknown finder.*its_node"):
+        policy("outcome", (tmp_path,))
+
+
+def test_a_cached_policy_is_built_again_when_the_matcher_it_holds_changes():
+    """A policy's pickle holds relations.EventMatch objects: an upgrade that gives the matcher a new
+    key must not unpickle the older shape (`'EventMatch' object has no attribute ...`)."""
+    from slurm_attrib.ruleset import policies, relations
+
+    assert {policies.__file__, relations.__file__} <= {str(p) for p in policies.MODEL_FILES}

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from slurm_attrib.engine import assemble, correlate, reconcile, relate
-from slurm_attrib.engine.checks import COMPLETION_MARKERS, JudgeContext, stalled_progress, tolerance
+from slurm_attrib.engine import assemble, reconcile, relate
+from slurm_attrib.engine.checks import JudgeContext, stalled_progress, tolerance
 from slurm_attrib.engine.culprits import CulpritContext
-from slurm_attrib.engine.events import Event, ranks_of
+from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
-from slurm_attrib.engine.policy import culprits_of, quality_row, systemic_of
+from slurm_attrib.engine.policy import culprits_of, outcome_of, quality_row, systemic_of
 from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.engine.verdict import Verdict
 from slurm_attrib.ingest.gpuids import gpu_identities
-from slurm_attrib.ingest.hangdumps import HangFinding, hang_finding
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.model import CoverageItem, Diagnosis, Drain
 from slurm_attrib.provenance import Provenance
 from slurm_attrib.vocab import DRAINABLE_DOMAINS
-
-FAILED_STATES = {"FAILED", *reconcile.STATE_CAUSES}
 
 
 def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_seen: dict[str, float],
@@ -76,7 +73,7 @@ def _judge(events: list[Event], evidence: Evidence, last_seen: dict[str, float],
     job, nodes_without_logs = evidence.job, evidence.nodes_without_logs()
     candidates = [e for e in events if e.role == "cause"] or relate.last_resort_causes(events, context, rule_dirs)
     if not candidates:
-        return _judge_without_cause(events, evidence)
+        return outcome_of(events, evidence, rule_dirs)
     primary, rivals = _choose_primary(candidates)
     primary.chosen = True
     relate.explain(events, context, rule_dirs, link=True)
@@ -169,94 +166,6 @@ def _independent_rivals(primary: Event, others: list[Event]) -> list[Event]:
                 continue  # same file, ordered by lines
             rivals.setdefault(other.node, other)
     return [rivals[n] for n in sorted(rivals)]
-
-
-def _judge_without_cause(events: list[Event], evidence: Evidence) -> Verdict:
-    job = evidence.job
-    timeouts = [e for e in events if e.type in correlate.HANG_TYPES and e.role == "symptom"]
-    failing = [e for e in events if e.role == "symptom" or _nccl_error_returned(e)]
-    state = reconcile.job_state(job)
-    if state != "COMPLETED":  # dumps or a torchfrtrace report may be all a hung job left
-        found = hang_finding(evidence, _rank_nodes(events))
-        if found is not None:
-            return _judge_hang_dump(found)
-    if timeouts:
-        reporting, silent = correlate.hang_reporters(events, job)
-        suspects = silent if len(silent) == 1 and reporting else correlate.lagging_nodes(events)
-        verdict = Verdict(domain="unknown", category="hang_unattributed", quality="insufficient")
-        if len(suspects) == 1:
-            verdict.culprits, verdict.quality = suspects, "likely"
-            verdict.notes.append(f"every node but {suspects[0]} reported a collective timeout")
-        return verdict
-    if state == "COMPLETED":
-        # Slurm says the job ended well: what its nodes' own logs say meanwhile (a Lustre client's
-        # slow replies, corrected errors) is background, not a failure of this job.
-        failing = [e for e in failing if e.kind == "app"]
-    if state in FAILED_STATES or failing:
-        return Verdict(domain="unknown", category="no_evidence", quality="insufficient")
-    if state == "COMPLETED":
-        return Verdict(domain="none", category="success", quality="confirmed")
-    stalled = stalled_progress(events)
-    if stalled is not None:
-        verdict = Verdict(domain="unknown", category="hang_unattributed", quality="insufficient")
-        when = f" at {iso(stalled.time)}" if stalled.time is not None and not stalled.time_inherited else ""
-        verdict.notes.append(f"progress stopped at {stalled.fields['done']}/{stalled.fields['total']}{when} "
-                             f"({stalled.source}:{stalled.line}) and the program never said it finished: "
-                             "the run stalled, and no line says why")
-        return verdict
-    if any(e.type in COMPLETION_MARKERS or _benign(e) for e in events):
-        return Verdict(domain="none", category="success", quality="likely")
-    went_on = any("went_on" in e.notes for e in events)
-    if went_on or any(e.type == "work_progress" for e in events):  # the second look's progress marker
-        verdict = Verdict(domain="none", category="success", quality="likely")
-        verdict.notes.append("the only error lines are followed by the program's own progress: they did not stop it"
-                             if went_on else "no error line, and the program printed its own results (benchmark rows, training losses)")
-        return verdict
-    # Nothing recognised and no job state: an unknown failure format is no success.
-    return Verdict(domain="unknown", category="no_evidence", quality="insufficient")
-
-
-def _rank_nodes(events: list[Event]) -> dict[int, str]:
-    ranks: dict[int, str] = {}
-    for event in sorted(events, key=lambda e: e.order):
-        if event.node:
-            for rank in ranks_of(event):
-                ranks.setdefault(rank, event.node)
-    return ranks
-
-
-def _judge_hang_dump(found: HangFinding) -> Verdict:
-    """The dumps single out the rank(s) a hang began from: a different collective is a bug of the
-    program (its ranks desynchronised); a rank behind or elsewhere is the suspect, never proof of
-    a hardware fault (a slow data loader looks the same), so never more than likely, never drained."""
-    if found.kind == "mismatch":
-        verdict = Verdict(domain="application", category="nccl_usage", quality="likely", hang=found)
-    else:
-        verdict = Verdict(domain="unknown", category="hang_unattributed", quality="likely", hang=found)
-    verdict.culprits = list(found.nodes)
-    verdict.notes.append(found.reason)
-    if not found.nodes:
-        verdict.notes.append("the dumps do not say which node the suspect rank ran on")
-    return verdict
-
-
-# Context that says the host stalled (where a job hung, not why): never a sign the job went well.
-STALL_TYPES = frozenset({"hung_task", "rcu_stall", "soft_lockup", "hard_lockup"})
-
-
-def _benign(event: Event) -> bool:
-    """A message the rules know to be harmless (a corrected error, a link coming up)."""
-    return event.role == "context" and not event.notes and event.type not in STALL_TYPES and not _nccl_error_returned(event)
-
-
-# ncclResult_t codes that are no failure: ncclSuccess, ncclInProgress (nonblocking calls).
-NCCL_NOT_FAILED = (0, 7)
-
-
-def _nccl_error_returned(event: Event) -> bool:
-    """An NCCL stack frame (`file:line -> code`) shows a call returned an error: the job failed
-    somewhere even when no line says why."""
-    return event.type == "nccl_error_frame" and event.fields.get("code") not in NCCL_NOT_FAILED
 
 
 def _drains(verdict: Verdict, job: JobContext) -> list[Drain]:

@@ -1,23 +1,23 @@
 """The policies (rules/policies, ruleset/policies.py) applied to a verdict: the first row whose
 condition holds decides (for culprits: the first whose finder, engine/culprits.py, names nodes
-or that may not pass on)."""
+or that may not pass on; for the outcome of a job no line names a cause for: the first whose
+finder, engine/outcome.py, finds what it looks for or that may not pass on)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from slurm_attrib.engine import outcome
 from slurm_attrib.engine.culprits import FINDERS, CulpritContext, blamed_peer
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.reconcile import job_state
 from slurm_attrib.engine.relate import fill, matches
+from slurm_attrib.engine.verdict import Verdict
 from slurm_attrib.errors import RuleError
-from slurm_attrib.ingest.types import JobContext
+from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.ruleset.policies import Policy, Row, When, load_policy
 from slurm_attrib.ruleset.spec import compiled
-
-if TYPE_CHECKING:
-    from slurm_attrib.engine.verdict import Verdict
+from slurm_attrib.vocab import DOMAIN_OF_CATEGORY
 
 
 def systemic_of(verdict: Verdict, candidates: list[Event], job: JobContext, events: list[Event],
@@ -62,12 +62,34 @@ def culprits_of(found: CulpritContext, rule_dirs: tuple[Path, ...] = ()) -> list
     return []
 
 
+def outcome_of(events: list[Event], evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> Verdict:
+    """What pol.outcome says of a job no line names a cause for: how it ended, from its state and
+    its own story (hang dumps, collective timeouts, failing lines, progress, a positive end)."""
+    context = outcome.OutcomeContext(events, evidence)
+    nothing = Verdict(domain="unknown", category="no_evidence", quality="insufficient")
+    for row in policy("outcome", rule_dirs).rows:
+        if not holds(row.when, nothing, evidence.job, events):
+            continue
+        found = outcome.FINDERS[row.by](context) if row.by is not None else outcome.Found()
+        if found is None and row.or_next:
+            continue
+        found = found or outcome.Found()
+        verdict = Verdict(domain=DOMAIN_OF_CATEGORY[row.outcome.category], category=row.outcome.category,
+                          quality=row.outcome.quality, culprits=found.nodes, hang=found.hang)
+        verdict.notes += found.notes
+        if row.note:
+            verdict.notes.append(fill(row.note, found.values))
+        return verdict
+    raise AssertionError("the last row of a policy always holds")
+
+
 def policy(name: str, rule_dirs: tuple[Path, ...] = ()) -> Policy:
     """The policy in force, its finders known."""
     loaded = load_policy(name, tuple(rule_dirs))
-    unknown = sorted({row.by for row in loaded.rows if row.by is not None} - set(FINDERS))
+    known = outcome.FINDERS if loaded.decides == "outcome" else FINDERS
+    unknown = sorted({row.by for row in loaded.rows if row.by is not None} - set(known))
     if unknown:
-        raise RuleError(f"policy {loaded.id}: unknown finder(s) {unknown} (known: {', '.join(sorted(FINDERS))})")
+        raise RuleError(f"policy {loaded.id}: unknown finder(s) {unknown} (known: {', '.join(sorted(known))})")
     return loaded
 
 
@@ -82,10 +104,12 @@ def holds(when: When | None, verdict: Verdict, job: JobContext, events: list[Eve
         and (when.culprits is None or bool(verdict.culprits) == when.culprits)
         and (when.job_started is None or (job.start is not None) == when.job_started)
         and (job_state(job) not in when.job_state_not)
+        and (not when.job_state or job_state(job) in when.job_state)
         and (when.job_nodes is None or len(job.nodes) == when.job_nodes)
         and (when.text is None or (primary is not None and compiled(when.text).search(primary.text) is not None))
         and (when.other_causes is None or _other_causes(primary, events) == when.other_causes)
         and (when.blamed_peer is None or bool(blamed_peer(events)) == when.blamed_peer)
+        and (when.any is None or any(matches(when.any, e) for e in events))
     )
 
 

@@ -69,6 +69,7 @@ def matches(match: EventMatch, event: Event) -> bool:
         and (not match.present or all(event.fields.get(name) is not None for name in match.present))
         and (not match.noted or all(key in event.notes for key in match.noted))
         and (not match.not_noted or not any(key in event.notes for key in match.not_noted))
+        and (match.unnoted is None or (not event.notes) == match.unnoted)
         and (not match.fields or all(event.fields.get(name) in allowed for name, allowed in match.fields.items()))
         and (not match.not_fields or not any(event.fields.get(name) in barred for name, barred in match.not_fields.items()))
     )

@@ -1,7 +1,7 @@
 """Run the relations' own tests (`tests:` in rules/relations/*.yaml): each test's lines, in a logs
 layout with its job.json, go through the whole analysis; the events the relation changed, as
 `rule@node`, must be exactly those expected (none: it must not fire).  A policy's tests
-(rules/policies/*.yaml) expect the diagnosis' quality.  Used by `sattrib rules test` and the test
+(rules/policies/*.yaml) expect what the diagnosis says of what the policy decides.  Used by `sattrib rules test` and the test
 suite."""
 
 from __future__ import annotations
@@ -75,10 +75,12 @@ def check_policy(policy: Policy, rule_dirs: tuple[Path, ...] = ()) -> list[Relat
 
 
 def policy_outcome(policy: Policy, diagnosis: Diagnosis) -> list:
-    """What a diagnosis says of what the policy decides: its culprit nodes (sorted), [its quality]
-    or [whether it is systemic]."""
+    """What a diagnosis says of what the policy decides: its culprit nodes (sorted), [its quality],
+    [whether it is systemic] or ["category/quality"]."""
     if policy.decides == "culprits":
         return sorted(diagnosis.culprit_nodes)
+    if policy.decides == "outcome":
+        return [f"{diagnosis.category}/{diagnosis.quality}"]
     return [diagnosis.systemic] if policy.decides == "systemic" else [diagnosis.quality]
 
 

@@ -5,7 +5,7 @@ how sure the diagnosis is are policies: each a list of rows, a condition on the 
 follows from it.
 
     id: pol.quality
-    decides: quality                      # systemic | culprits | quality (read in this order)
+    decides: quality                      # systemic | culprits | quality (read in this order) | outcome
     description: ...
     references: [https://...]
     rows:
@@ -16,11 +16,13 @@ follows from it.
           systemic: true                  # one cause on many nodes (a shared component)
           culprits: false                 # whether the verdict names a node (quality only)
           job_started: true               # the job's record gives its start
+          job_state: [COMPLETED]          # Slurm's state is one of these
           job_state_not: [CANCELLED]      # Slurm's state is none of these (unknown counts as none)
           job_nodes: 1                    # the job's record lists this many nodes (0: none)
           text: '(?i)\\bmight\\b'           # RE2, searched in the cause's line
           other_causes: true              # another cause of another domain it does not explain
           blamed_peer: true               # the job's lines blame one peer node (culprits.blamed_peer)
+          any: {type: [work_progress]}    # some event holds for this matcher
         quality: insufficient             # quality: what the row gives
         note: '...'                       # optional: a note the diagnosis carries when the row holds
                                           # ([ on {node}]: the cause's node, left out when unknown)
@@ -33,7 +35,12 @@ follows from it.
 
 A culprits row names a finder (engine/culprits.py) instead of a quality: `by: failed_nodes`; with
 `or_next: true` the next row is read when the finder names nobody; a row with a note and no `by`
-only adds its note.  A systemic row gives `systemic: false`, or `spread: {nodes: 3, within: 300}`:
+only adds its note.  The outcome policy is read instead of the other three when no line names a
+cause: its rows give `outcome: {category: ..., quality: ...}` (the domain is the category's), with
+conditions on the job's state and on what its events show (`any:` an event matcher that some event
+must hold for), and may name a finder of engine/outcome.py (`by: hang_suspect`): a row whose finder
+finds nothing decides without culprits, or with `or_next: true` lets the next row decide; a
+row's note is filled from what its finder found.  A systemic row gives `systemic: false`, or `spread: {nodes: 3, within: 300}`:
 systemic when the candidate causes of the chosen one's category stand on at least that many nodes
 within that many seconds of it (all of them when it has no time).  The first row that decides,
 decides.
@@ -52,10 +59,12 @@ from pydantic import Field, field_validator, model_validator
 from slurm_attrib.errors import RuleError
 from slurm_attrib.paths import bundled_dir
 from slurm_attrib.ruleset.cache import cached
-from slurm_attrib.ruleset.relations import EventMatch, Strict
+from slurm_attrib import vocab
+from slurm_attrib.ruleset import relations
+from slurm_attrib.ruleset.relations import EventMatch, KnownCategory, Strict
 
 POLICIES_FOLDER = "policies"  # inside each rule folder
-POLICIES = ("systemic", "culprits", "quality")  # the policies the judgement reads, one file each, in this order
+POLICIES = ("systemic", "culprits", "quality", "outcome")  # one file each; the first three in this order, once a cause is chosen
 QUALITIES = ("confirmed", "likely", "ambiguous", "insufficient")
 
 
@@ -65,11 +74,13 @@ class When(Strict):
     systemic: bool | None = None
     culprits: bool | None = None
     job_started: bool | None = None
+    job_state: list[str] = []  # Slurm's state is one of these
     job_state_not: list[str] = []
     job_nodes: int | None = Field(default=None, ge=0)
     text: str | None = None
     other_causes: bool | None = None  # another cause, of another domain, that the chosen one does not explain
     blamed_peer: bool | None = None  # the job's lines blame one peer node (engine/culprits.blamed_peer)
+    any: EventMatch | None = None  # some event of the job holds for this matcher
 
     @field_validator("text")
     @classmethod
@@ -91,10 +102,18 @@ class Spread(Strict):
     within: float = Field(gt=0)
 
 
+class Outcome(Strict):
+    """outcome: how a job no line names a cause for ended (its domain is the category's)."""
+
+    category: KnownCategory
+    quality: Literal["confirmed", "likely", "ambiguous", "insufficient"]
+
+
 class Row(Strict):
     name: str = ""
     when: When | None = None  # none: the row always holds
     quality: Literal["confirmed", "likely", "ambiguous", "insufficient"] | None = None
+    outcome: Outcome | None = None  # outcome: what the row gives
     by: str | None = None  # culprits: the finder (engine/culprits.py FINDERS)
     or_next: bool = False  # culprits: when the finder names nobody, the next row is read
     systemic: bool | None = None  # systemic: what the row gives ...
@@ -104,19 +123,19 @@ class Row(Strict):
     @property
     def decides(self) -> bool:
         return (self.quality is not None or (self.by is not None and not self.or_next)
-                or self.systemic is not None or self.spread is not None)
+                or self.systemic is not None or self.spread is not None or (self.outcome is not None and self.by is None))
 
 
 class PolicyTest(Strict):
     name: str
     job: dict[str, Any] = {}
     input: dict[str, str] = Field(min_length=1)
-    expect: dict[Literal["quality", "culprits", "systemic"], Any]
+    expect: dict[Literal["quality", "culprits", "systemic", "outcome"], Any]  # outcome: "category/quality"
 
 
 class Policy(Strict):
     id: str = Field(pattern=r"^pol\.[a-z0-9_]+$")
-    decides: Literal["systemic", "culprits", "quality"]
+    decides: Literal["systemic", "culprits", "quality", "outcome"]
     description: str
     references: list[str] = Field(min_length=1)
     rows: list[Row] = Field(min_length=1)
@@ -126,6 +145,10 @@ class Policy(Strict):
     def _rows_fit_and_one_always_decides(self) -> "Policy":
         for row in self.rows:
             gives_systemic = row.systemic is not None or row.spread is not None
+            if (row.outcome is not None) != (self.decides == "outcome"):
+                raise ValueError(f"row {row.name!r}: only an outcome row, and every one, gives an `outcome`")
+            if self.decides == "outcome" and (row.quality is not None or gives_systemic):
+                raise ValueError(f"row {row.name!r}: an outcome row gives an `outcome`, maybe a finder (`by`) and a `note`")
             if self.decides == "quality" and (row.quality is None or row.by is not None or row.or_next or gives_systemic):
                 raise ValueError(f"row {row.name!r}: a quality row gives a `quality`, no `by`")
             if self.decides == "culprits" and (row.quality is not None or gives_systemic or (row.by is None and not row.note)):
@@ -149,7 +172,12 @@ def load_policy(name: str, rule_dirs: tuple[Path, ...] = ()) -> Policy:
     rule pack, keyed by the file and this module (a warm cache reads no YAML)."""
     path = next((p for p in (Path(d) / POLICIES_FOLDER / f"{name}.yaml" for d in reversed(rule_dirs)) if p.is_file()),
                 bundled_dir("rules") / POLICIES_FOLDER / f"{name}.yaml")
-    return cached(f"policy-{name}", [Path(__file__), path], lambda: _read_policy(path), lambda value: isinstance(value, Policy))
+    return cached(f"policy-{name}", [*MODEL_FILES, path], lambda: _read_policy(path), lambda value: isinstance(value, Policy))
+
+
+# The modules whose classes a cached policy holds or that validated it: a change to any of them
+# (an upgrade that adds a matcher key) builds the policy again, never unpickles an older shape.
+MODEL_FILES = (Path(__file__), Path(relations.__file__), Path(vocab.__file__))
 
 
 def _read_policy(path: Path) -> Policy:

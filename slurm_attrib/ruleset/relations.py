@@ -23,7 +23,7 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
                                       # not_category, kind, strength (a list), trusted, timed, placed (has a
                                       # node), fallback (a
                                       # second-look lead), present (fields it has), noted,
-                                      # not_noted, fields (allowed values; null: absent),
+                                      # not_noted, unnoted (carries no notes at all), fields (allowed values; null: absent),
                                       # not_fields (values it must not have), chosen (the cause
                                       # the ranking chose: an explains relation whose cause is
                                       # `chosen: true` runs once it is, the link stratum)
@@ -100,6 +100,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 from slurm_attrib.errors import RuleError
 from slurm_attrib.paths import bundled_dir
 from slurm_attrib.ruleset.cache import cached
+from slurm_attrib import vocab
 from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, DOMAIN_OF_CATEGORY, SOURCE_KINDS
 
 RELATIONS_FOLDER = "relations"  # inside each rule folder
@@ -139,6 +140,7 @@ class EventMatch(Strict):
     present: list[str] = []  # has each of these fields
     noted: list[str] = []  # carries every one of these notes keys
     not_noted: list[str] = []  # carries none of them
+    unnoted: bool | None = None  # carries no notes at all (nothing read the line as more than it says)
     fields: dict[str, list[Any]] = {}  # field name: allowed values (null: the field is absent)
     not_fields: dict[str, list[Any]] = {}  # field name: values it must not have
     chosen: bool | None = None  # the cause the ranking chose (explains relations of the link stratum)
@@ -280,7 +282,9 @@ def load_relations(extra_dirs: list[Path] | None = None) -> list[Relation]:
     separated by `---`), in id order; a site relation with a bundled id replaces it.  Cached like
     the rule pack, keyed by these files and this module."""
     files = relation_files([bundled_dir("rules"), *(extra_dirs or [])])
-    return cached("relations", [Path(__file__), *files], lambda: _read_relations(files), lambda value: isinstance(value, list))
+    # vocab validated the relations' domains and categories: a change to it builds them again
+    return cached("relations", [Path(__file__), Path(vocab.__file__), *files], lambda: _read_relations(files),
+                  lambda value: isinstance(value, list))
 
 
 def _read_relations(files: list[Path]) -> list[Relation]:
