@@ -64,15 +64,16 @@ def load_rules(extra_dirs: list[Path] | None = None) -> list[Rule]:
 
     Validating ~300 rules (their regexes compiled) costs most of a short run's time, so a pack
     validated once is kept in the user's cache (ruleset.cache), keyed by the bytes of every rule
-    file, of the schema that validates them and of the classes the pickle holds: any change to a
+    file, of the schema that validates them (and the vocabulary it checks against) and of the classes the pickle holds: any change to a
     file, or a different set of files, validates again.  The schema's path is found without
     importing it: a warm cache builds no pydantic model."""
     folders = [bundled_dir("rules"), *(extra_dirs or [])]
     files = rule_files(folders)
     schema = Path(spec.__file__).with_name("schema.py")
+    vocabulary = Path(spec.__file__).parent.parent / "vocab.py"  # the domains and categories the schema accepts
     return cached(
         "rules",
-        [Path(spec.__file__), schema, *files],
+        [Path(spec.__file__), schema, vocabulary, *files],
         lambda: _validate(files),
         lambda rules: isinstance(rules, list) and all(isinstance(r, Rule) for r in rules),
     )
