@@ -64,8 +64,8 @@ def load_rules(extra_dirs: list[Path] | None = None) -> list[Rule]:
 
     Validating ~300 rules (their regexes compiled) costs most of a short run's time, so a pack
     validated once is kept in the user's cache (ruleset.cache), keyed by the bytes of every rule
-    file, of the schema that validates them (and the vocabulary it checks against) and of the classes the pickle holds: any change to a
-    file, or a different set of files, validates again.  The schema's path is found without
+    file, of the schema that validates them, of the vocabulary it checks against and of the
+    classes the pickle holds: any change to a file, or a different set of files, validates again.  The schema's path is found without
     importing it: a warm cache builds no pydantic model."""
     folders = [bundled_dir("rules"), *(extra_dirs or [])]
     files = rule_files(folders)
