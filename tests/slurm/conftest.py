@@ -30,7 +30,9 @@ Fixtures
 ``slurm_cluster_config`` (module scope) -> :class:`ClusterConfig` or a ``dict``
     with the same keys (``prolog``, ``epilog``, ``epilog_ctld``,
     ``extra_slurm_conf``, ``extra_env``; paths may be ``Path``).
-    What the cluster is started with.  The default comes from the environment
+    What the cluster is started with (``private_etc``: a folder whose files every
+    daemon and hook sees under /etc, in a private mount namespace; see _PRIVATE_ETC).
+    The default comes from the environment
     variables ``SATTRIB_PROLOG``, ``SATTRIB_EPILOG``, ``SATTRIB_EPILOG_CTLD``
     (absolute paths of executables) and ``SATTRIB_EXTRA_SLURM_CONF`` (extra
     slurm.conf lines); none set = no Prolog/Epilog configured.  A test module
@@ -86,6 +88,8 @@ class ClusterConfig:
     extra_slurm_conf: str = ""
     # Any further start.sh knobs (e.g. {"SATTRIB_SLURMD_TIMEOUT": "10"}).
     extra_env: tuple[tuple[str, str], ...] = ()
+    # A folder whose files every daemon (and so every hook) sees under /etc: see _PRIVATE_ETC.
+    private_etc: str | None = None
 
     @classmethod
     def from_env(cls) -> "ClusterConfig":
@@ -210,6 +214,19 @@ class SlurmCluster:
                        stderr=subprocess.DEVNULL, timeout=30)
 
 
+# ClusterConfig.private_etc: the daemons are started in a private mount namespace whose /etc is an
+# overlay of the machine's with the folder's files on top, and /etc/slurm/slurm.conf naming the
+# cluster's, as a site that keeps its configs in /etc has them; the machine's own /etc is never
+# written (the overlay's upper layer is a folder under /tmp).
+_NO_PRIVATE_ETC = "private /etc:"
+_PRIVATE_ETC = (
+    'o=$1 src=$2 state=$3; shift 3; mkdir -p "$o/upper/slurm" "$o/work" && cp -a "$src/." "$o/upper/"'
+    ' && ln -sfn "$state/etc/slurm.conf" "$o/upper/slurm/slurm.conf"'
+    ' && mount -t overlay overlay -o "lowerdir=/etc,upperdir=$o/upper,workdir=$o/work" /etc'
+    f' || {{ echo "{_NO_PRIVATE_ETC} cannot mount the overlay" >&2; exit 3; }}; exec "$@"'
+)
+
+
 class _Manager:
     """Keeps at most one cluster running; restarts it when the config changes."""
 
@@ -249,10 +266,18 @@ class _Manager:
         env = config.start_env()
         env.update(_free_ports())
         t0 = time.monotonic()
-        proc = subprocess.run([str(TESTCLUSTER / "start.sh"), str(state_dir)], env=env,
-                              capture_output=True, text=True, timeout=300,
+        command = [str(TESTCLUSTER / "start.sh"), str(state_dir)]
+        if config.private_etc:
+            overlay = tempfile.mkdtemp(prefix="sattrib-etc-overlay-", dir="/tmp")
+            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _PRIVATE_ETC, "sh",
+                       overlay, config.private_etc, str(state_dir), *command]
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300,
                               stdin=subprocess.DEVNULL)
         elapsed = time.monotonic() - t0
+        if proc.returncode != 0 and config.private_etc and (_NO_PRIVATE_ETC in proc.stderr or proc.stderr.startswith("unshare:")):
+            subprocess.run([str(TESTCLUSTER / "stop.sh"), str(state_dir)],
+                           capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+            pytest.skip(f"no private mount namespace with an overlay of /etc here: {proc.stderr.strip()}")
         if proc.returncode != 0:
             subprocess.run([str(TESTCLUSTER / "stop.sh"), str(state_dir)],
                            capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
@@ -293,7 +318,7 @@ def _as_config(value) -> ClusterConfig:
     value = dict(value)
     if isinstance(value.get("extra_env"), dict):
         value["extra_env"] = tuple(sorted(value["extra_env"].items()))
-    for key in ("prolog", "epilog", "epilog_ctld"):
+    for key in ("prolog", "epilog", "epilog_ctld", "private_etc"):
         if value.get(key) is not None:
             value[key] = str(value[key])
     return ClusterConfig(**value)

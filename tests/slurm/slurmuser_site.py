@@ -3,11 +3,17 @@ results owned by slurm, node sources off) and hook wrappers that set the config 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pwd
 import shutil
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES_OFF = [{"name": n, "kind": "kernel", "enabled": False} for n in ("kernel", "syslog", "nvidia_smi", "flight_recorder", "ib_counters")]
@@ -50,3 +56,16 @@ def site_on(cluster, d: Path):
     yield cluster, d
     if not os.environ.get("SATTRIB_KEEP_TESTCLUSTER"):
         shutil.rmtree(d, ignore_errors=True)
+
+
+@functools.cache
+def runnable_python(user: str) -> tuple[str, str]:
+    """(interpreter, PYTHONPATH) with which `user` can import the package's dependencies: this
+    interpreter, else the system's python3 of the same version with this one's site-packages."""
+    site = sysconfig.get_paths()["purelib"]
+    for python, path in ((sys.executable, ""), ("/usr/bin/python3", site)):
+        probe = ["runuser", "-u", user, "--", "env", f"PYTHONPATH={path}", python, "-s", "-c",
+                 f"import sys, pydantic, re2, yaml, click; assert sys.version_info[:2] == {tuple(sys.version_info[:2])}"]
+        if subprocess.run(probe, capture_output=True, timeout=60, cwd="/tmp").returncode == 0:
+            return python, path
+    pytest.skip(f"no Python with the package's dependencies that {user} can run")

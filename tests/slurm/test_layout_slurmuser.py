@@ -15,37 +15,23 @@ the same Python version (the extension modules must load); otherwise the module 
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import pwd
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from slurmuser_site import site_on, write_hook_wrapper, write_site_config
+from slurmuser_site import runnable_python, site_on, write_hook_wrapper, write_site_config
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
 OTHER_USER = "nobody"
 _STATE: dict = {}
-
-
-@functools.cache
-def _runnable_python(user: str) -> tuple[str, str]:
-    """(interpreter, PYTHONPATH) with which `user` can import the package's dependencies."""
-    site = sysconfig.get_paths()["purelib"]
-    for python, path in ((sys.executable, ""), ("/usr/bin/python3", site)):
-        probe = ["runuser", "-u", user, "--", "env", f"PYTHONPATH={path}", python, "-s", "-c",
-                 f"import sys, pydantic, re2, yaml, click; assert sys.version_info[:2] == {tuple(sys.version_info[:2])}"]
-        if subprocess.run(probe, capture_output=True, timeout=60, cwd="/tmp").returncode == 0:
-            return python, path
-    pytest.skip(f"no Python with the package's dependencies that {user} can run")
 
 
 def _workdir() -> Path:
@@ -62,7 +48,7 @@ def _workdir() -> Path:
     (d / "etc").chmod(0o755)
     (d / "etc" / "sattrib-config").write_text(f"{d / 'config.yaml'}\n")
     # EpilogSlurmctld through $SATTRIB_CONFIG, set by a wrapper with a Python slurm can run.
-    ctld_python, ctld_path = _runnable_python("slurm")
+    ctld_python, ctld_path = runnable_python("slurm")
     write_hook_wrapper(d, "sattrib-epilog-ctld", ctld_python, ctld_path)
     _STATE["dir"] = d
     return d
@@ -81,7 +67,7 @@ def site(slurm_cluster):
 
 
 def _as(user: str, cluster, d: Path, *argv: str) -> subprocess.CompletedProcess:
-    python, path = _runnable_python(user)
+    python, path = runnable_python(user)
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SATTRIB_CONFIG": str(d / "config.yaml"), "SLURM_CONF": cluster.conf,
            "PYTHONPATH": f"{REPO}:{path}" if path else str(REPO), "HOME": "/tmp"}
     command = ["runuser", "-u", user, "--", "env", *(f"{k}={v}" for k, v in env.items()), python, "-s", *argv]
