@@ -159,3 +159,48 @@ def test_rules_test_and_list():
     assert "examples: 0 failed" in tested.stdout
     assert "wordings: 0 not covered as stated" in tested.stdout
     assert tested.stdout.strip().endswith("tests: 0 failed") and " relations, " in tested.stdout
+
+
+SITE_RULE = r"""id: site.acme_allocation_spent
+title: The site launcher stopped the job (its project's allocation is spent)
+description: ACME's launcher stops a job whose project has spent its GPU hours.
+sources: [app]
+match:
+  contains: ['allocation spent']
+  regex: 'acme-launcher: stopping job: project (?P<project>\S+) allocation spent'
+event: {type: site_allocation, domain: scheduler, category: cancelled, role: cause, severity: error, strength: 2}
+references: ['https://wiki.example.org/acme-launcher']
+examples:
+  match:
+    - line: 'acme-launcher: stopping job: project ml-42 allocation spent'
+      fields: {project: ml-42}
+  no_match: ['acme-launcher: project ml-42 allocation 80 % spent']
+"""
+
+
+def test_rules_adds_a_site_rule_folder_that_reads_a_wording_the_pack_does_not(tmp_path):
+    """`--rules DIR`: a site's rule for its own launcher's message makes it the cause."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "slurm-77.out").write_text("acme-launcher: stopping job: project ml-42 allocation spent\n")
+    site = tmp_path / "site-rules"
+    site.mkdir()
+    (site / "acme.yaml").write_text(SITE_RULE)
+    plain = json.loads(run("analyze", str(job)).stdout)
+    assert plain["domain"] != "scheduler"
+    with_site = json.loads(run("analyze", str(job), "--rules", str(site)).stdout)
+    assert (with_site["domain"], with_site["category"]) == ("scheduler", "cancelled")
+    assert "site.acme_allocation_spent" in with_site["rules_fired"]
+
+
+def test_simulate_lists_its_scenarios_and_writes_one_the_analysis_reads_back(tmp_path):
+    listed = run("simulate")
+    assert listed.returncode == 0 and "gpu_fell_off_bus" in listed.stdout
+    written = run("simulate", "gpu_fell_off_bus", str(tmp_path / "job"), "--nodes", "4", "--seed", "3")
+    assert written.returncode == 0, written.stderr
+    truth = json.loads(written.stdout)
+    diagnosis = json.loads(run("analyze", str(tmp_path / "job")).stdout)
+    assert (diagnosis["domain"], diagnosis["category"]) == (truth["domain"], truth["category"])
+    assert diagnosis["culprit_nodes"] == truth["culprit_nodes"] and len(json.loads((tmp_path / "job" / "job.json").read_text())["nodes"]) == 4
+    again = run("simulate", "gpu_fell_off_bus", str(tmp_path / "again"), "--nodes", "4", "--seed", "3")
+    assert again.stdout == written.stdout  # the seed decides

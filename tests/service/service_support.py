@@ -87,7 +87,7 @@ def start_server(tmp: Path, config_text: str, env: dict | None = None, socket_pa
     config = tmp / f"config-{time.monotonic_ns()}.yaml"
     config.write_text(config_text)
     port = free_port()
-    where = ["--socket", str(socket_path)] if socket_path else ["--port", str(port)]
+    where = ["--socket", str(socket_path)] if socket_path else ["--host", "127.0.0.1", "--port", str(port)]
     process = subprocess.Popen([sys.executable, "-m", "slurm_attrib", "serve", *where],
                                env={**os.environ, "SATTRIB_CONFIG": str(config), **(env or {})},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

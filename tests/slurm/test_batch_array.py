@@ -97,3 +97,11 @@ def test_jobs_are_selected_through_sacct_by_time_and_state(slurm_cluster, tmp_pa
     assert chosen.stdout.split()[::2] == [str(failed)]
     both = _sattrib(env, "batch", "--since", "now-1hours", "--dry-run")
     assert both.stdout.split()[::2] == [str(failed), str(completed)], both.stderr
+    # slurmdbd records a short job's partition with its start record, which may come after its end
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(slurm_cluster.sacct(j, "Partition")["Partition"] != "gpu" for j in (failed, completed)):
+        time.sleep(0.5)
+    in_gpu = _sattrib(env, "batch", "--since", "now-1hours", "--partition", "gpu", "--dry-run")
+    assert in_gpu.stdout.split()[::2] == [str(failed), str(completed)], in_gpu.stderr
+    elsewhere = _sattrib(env, "batch", "--since", "now-1hours", "--partition", "cpu", "--dry-run")
+    assert elsewhere.returncode == 0 and elsewhere.stdout.split() == [], elsewhere.stderr
