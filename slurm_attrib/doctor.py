@@ -235,7 +235,23 @@ def check_spool(ctx: Context, local: bool = True) -> list[Check]:
                             f"remove it (the epilog makes it root's, 0750), or set local_spool to a folder of root's"))
     else:
         checks.append(Check("local spool", OK, f"{local} ({_who(info.st_uid)}, {stat.S_IMODE(info.st_mode):04o})"))
+    checks.append(_check_stranded(local))
     return checks
+
+
+def _check_stranded(local: Path) -> Check:
+    """Bundles left in the local spool: the shared spool did not answer at their jobs' end.  The
+    node's next epilog forwards them once it does (capture/epilog.py); their jobs were analysed
+    without them, and `sattrib batch` analyses them again once they arrive."""
+    from slurm_attrib.capture.common import stranded_bundles
+
+    stranded = stranded_bundles(str(local))
+    if not stranded:
+        return Check("stranded bundles", OK, f"none in {local}")
+    jobs = sorted({job for job, _, _ in stranded}, key=lambda job: (len(job), job))
+    shown = ", ".join(jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5 else "")
+    return Check("stranded bundles", WARN, f"{len(stranded)} in {local} (jobs {shown}): the shared spool did not answer at their end",
+                 "make the shared spool writable from this node: its next epilog forwards them; then `sattrib batch` on the controller")
 
 
 def _check_bundles(spool: Path, uid: int, gid: int, user: str) -> Check:

@@ -39,7 +39,8 @@ def test_a_sound_layout_passes_the_path_checks(site):
     done = _sattrib(config, "doctor", "--role", "all", "--json")
     checks = _checks(done)
     assert checks["config"] == {"name": "config", "status": "ok", "detail": str(config), "fix": ""}
-    for name in ("spool", "spool bundles", "local spool", "results", "index", "analysis failures", "node hook failures"):
+    for name in ("spool", "spool bundles", "local spool", "stranded bundles", "results", "index", "analysis failures",
+                 "node hook failures"):
         assert checks[name]["status"] == "ok", checks[name]
     # $SLURM_CONF names no file here: said at once, not after Slurm's minute of retries
     assert checks["scontrol"]["status"] == "FAIL" and checks["scontrol"]["detail"].startswith("SLURM_CONF=/nonexistent/slurm.conf: no such file")
@@ -59,6 +60,17 @@ def test_what_a_deployment_gets_wrong_is_one_line_each_with_what_to_do(site):
     assert "users could make job folders" in spool and f"-- chown root {root / 'spool'}; chmod 0755" in spool
     assert any(line.startswith(f"FAIL  results: {root / 'results'} does not exist -- install -d -o ") for line in lines)
     assert not any("local spool" in line for line in lines)  # a node's check
+
+
+def test_bundles_stranded_in_the_local_spool_are_a_warning_with_what_to_do(site):
+    root, config = site
+    for job in ("4242", "4250"):
+        (root / "local" / job / "nodes").mkdir(parents=True)
+        (root / "local" / job / "nodes" / "gpu01.json.gz").write_bytes(b"")
+    checks = _checks(_sattrib(config, "doctor", "--role", "node", "--json"))
+    stranded = checks["stranded bundles"]
+    assert stranded["status"] == "warn" and stranded["detail"].startswith(f"2 in {root / 'local'} (jobs 4242, 4250)")
+    assert "next epilog forwards them" in stranded["fix"]
 
 
 def test_a_world_writable_index_fails(site):

@@ -541,6 +541,50 @@ def atomic_write(
             os.close(fd)
 
 
+def stranded_bundles(local_spool: str) -> list[tuple[str, str, str]]:
+    """(job id, file name, path) of the bundles in the local spool (<local>/<jobid>/nodes/
+    <node>.json.gz), oldest first; names that are no job id or node are left alone."""
+    found = []
+    try:
+        jobs = [entry for entry in os.scandir(local_spool) if valid_job_id(entry.name) and entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    for job in jobs:
+        try:
+            for entry in os.scandir(os.path.join(job.path, "nodes")):
+                node = entry.name[: -len(".json.gz")] if entry.name.endswith(".json.gz") else ""
+                if valid_node(node) and entry.is_file(follow_symlinks=False):
+                    found.append((entry.stat(follow_symlinks=False).st_mtime, job.name, entry.name, entry.path))
+        except OSError:
+            continue
+    return [(job_id, name, path) for _, job_id, name, path in sorted(found)]
+
+
+def read_ours_nofollow(path: str, limit: int) -> bytes | None:
+    """The bytes of a regular file of ours (not a symlink, owned by this process' user), at most
+    `limit` of them; None otherwise or when longer."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_size > limit:
+            return None
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
+        return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def read_json_nofollow(path: str, limit: int = 4 * 1024 * 1024) -> dict | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)

@@ -41,6 +41,8 @@ from slurm_attrib.capture.common import (
     log_syslog,
     read_ib_ports,
     read_json_nofollow,
+    read_ours_nofollow,
+    stranded_bundles,
     read_proc_gpus,
     spool_access,
     valid_job_id,
@@ -309,6 +311,7 @@ class Epilog:
             if path:
                 self.written = {"path": path, "spool": "shared"}
                 self._cleanup_prolog()
+                self._forward_stranded()
                 return
             reason = reason or f"no answer within {max(0.0, self.write_deadline - self.t0):.1f}s"
             self.error(f"shared spool {cfg.spool} not writable ({reason}); writing to local spool {cfg.local_spool}")
@@ -321,6 +324,29 @@ class Epilog:
             log_syslog(IDENT, f"job {self.job_id} node {self.node}: bundle written to local spool {path}")
         except BaseException as exc:  # noqa: BLE001
             log_syslog(IDENT, f"job {self.job_id} node {self.node}: cannot write the bundle anywhere: {exc}")
+
+    def _forward_stranded(self) -> None:
+        """Bundles an earlier epilog left in the local spool, when the shared one did not answer,
+        go to the shared spool now that it does, oldest first, at most MAX_FORWARDED per run and
+        only while the write deadline allows: nothing captured is lost.  Their jobs were analysed
+        without them: `sattrib batch` analyses a job again when a bundle arrived after it was."""
+        cfg = self.config
+        for job_id, name, path in stranded_bundles(cfg.local_spool)[:MAX_FORWARDED]:
+            if time.monotonic() >= self.write_deadline:
+                return
+            data = read_ours_nofollow(path, int(cfg.bundle_max_bytes) * 2)
+            if data is None:
+                continue
+            written, reason = write_from_child(cfg.spool, [job_id, "nodes"], name, data, self.access, self.write_deadline)
+            if not written:
+                return  # the shared spool stopped answering: the next epilog tries again
+            for leftover, remove in ((path, os.unlink), (os.path.dirname(path), os.rmdir),
+                                     (os.path.dirname(os.path.dirname(path)), os.rmdir)):
+                try:
+                    remove(leftover)
+                except OSError:
+                    break  # a folder that still holds another node's bundle stays
+            log_syslog(IDENT, f"job {job_id}: bundle {name} forwarded from the local spool to {written}", error=False)
 
     def _cleanup_prolog(self) -> None:
         if self.prolog is None:
@@ -396,6 +422,9 @@ def _json_pieces(value, encoder: json.JSONEncoder):
         yield "]"
     else:
         yield from encoder.iterencode(value)
+
+
+MAX_FORWARDED = 8  # stranded bundles one epilog run forwards to the shared spool
 
 
 def write_from_child(root: str, subdirs: list[str], name: str, data: bytes, access: SpoolAccess,

@@ -197,6 +197,40 @@ def _diagnose(report, folder: Path, config) -> tuple:
     return analyze_evidence(evidence, tuple(Path(d) for d in config.rule_dirs)), evidence.job
 
 
+# A file of a job's evidence newer than its analysis by more than this arrived after it (a bundle a
+# node's next epilog forwarded from its local spool); within it, clocks of the nodes and of the
+# shared filesystem may differ, and the worker's late_bundle_wait covers bundles that came late.
+ARRIVED_AFTER = 60.0
+MAX_EVIDENCE_FILES = 10_000  # looked at per job
+
+
+def arrived_since(evidence: Path, analysed_at: float) -> bool:
+    """Whether a file of the job's evidence (a spool job folder's bundles and job.json, a logs
+    folder's files two levels deep) was written after the job was analysed."""
+    seen = 0
+    folders = [evidence]
+    for depth in range(2):
+        deeper = []
+        for folder in folders:
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                seen += 1
+                if seen > MAX_EVIDENCE_FILES:
+                    return False
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        deeper.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime > analysed_at + ARRIVED_AFTER:
+                        return True
+                except OSError:
+                    continue
+        folders = deeper
+    return False
+
+
 def run_batch(
     jobs: list[BatchJob],
     store: Store,
@@ -207,7 +241,8 @@ def run_batch(
     drain: bool = False,
     progress: Callable[[int, int, Summary], None] | None = None,
 ) -> Summary:
-    """Analyse every job not yet stored with this rule pack; store each as it finishes."""
+    """Analyse every job not yet stored with this rule pack, or whose evidence got a file after it
+    was analysed (arrived_since); store each as it finishes."""
     from slurm_attrib.ruleset.loader import pack_version
 
     rule_dirs = tuple(Path(d) for d in config.rule_dirs)
@@ -218,7 +253,8 @@ def run_batch(
     todo = []
     for job in jobs:
         row = stored.get(job.job_id)
-        if not force and row is not None and row.rule_pack == pack and row.evidence == str(job.evidence):
+        if (not force and row is not None and row.rule_pack == pack and row.evidence == str(job.evidence)
+                and not arrived_since(job.evidence, row.analysed_at)):
             summary.outcomes.append(Outcome(job.job_id, "skipped", _verdict(row), _verdict(row)))
         else:
             todo.append(job)

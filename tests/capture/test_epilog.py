@@ -81,6 +81,37 @@ def test_unwritable_spool_falls_back_to_local(node):
     assert XID in dict(source_of(bundle, "kernel")["lines"])[400]
 
 
+def test_a_bundle_left_in_the_local_spool_is_forwarded_by_the_next_epilog(node):
+    """Nothing captured is lost: job 4242's bundle went to the local spool (the shared one was not
+    writable); the node's next epilog, with the shared spool back, moves it there."""
+    kernel_file(node.tmp)
+    node.source(name="kernel", kind="kernel", path=str(node.tmp / "kernel-%N.log"))
+    blocker = node.tmp / "not-a-dir"
+    blocker.write_text("x")
+    node.config["spool"] = str(blocker)
+    assert node.run()[0] == 0
+    stranded = node.bundle_path(local=True)
+    assert stranded.is_file()
+    (node.local / "junk").mkdir()  # not a job id: left alone
+    (node.local / "4240").symlink_to(node.tmp)  # a symlink: never followed
+    node.env["SLURM_JOB_ID"] = "4243"
+    assert node.run()[0] == 0  # the shared spool still unwritable: the stranded bundle stays
+    assert stranded.is_file() and node.bundle_path(local=True).is_file()
+
+    node.config["spool"] = str(node.spool)
+    node.env["SLURM_JOB_ID"] = "4244"
+    rc, elapsed = node.run()
+    assert rc == 0 and elapsed < BOUND + SLACK
+    assert node.bundle()["job"]["job_id"] == "4244"
+    for job in ("4242", "4243"):
+        node.env["SLURM_JOB_ID"] = job
+        forwarded = node.bundle()
+        assert forwarded["job"]["job_id"] == job and forwarded["capture"]["spool"] == "local"
+        assert XID in dict(source_of(forwarded, "kernel")["lines"])[400]
+        assert not (node.local / job).exists()
+    assert (node.local / "junk").is_dir() and (node.local / "4240").is_symlink()
+
+
 def test_symlinked_job_dir_is_not_followed(node):
     kernel_file(node.tmp)
     node.source(name="kernel", kind="kernel", path=str(node.tmp / "kernel-%N.log"))

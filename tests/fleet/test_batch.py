@@ -69,6 +69,28 @@ def test_a_diagnosis_from_an_older_rule_pack_is_redone_and_reported_changed(tmp_
     assert changed.job_id == "102" and changed.before[:2] == ("unknown", "no_evidence") and changed.after[0] == "network"
 
 
+def test_a_job_whose_evidence_arrived_after_its_analysis_is_analysed_again(tmp_path):
+    """A node's bundle forwarded from its local spool after the job was analysed (the shared
+    spool did not answer at the job's end): batch, without --force, analyses the job again."""
+    root = tmp_path / "spool"
+    write_scenario("app_exception", root / "201", nodes=2, ranks_per_node=2, seed=1)
+    job_file = root / "201" / "job.json"
+    job_file.write_text(json.dumps({**json.loads(job_file.read_text()), "job_id": "201"}))
+    config = _config(tmp_path, root)
+    store = Store(config.results)
+    jobs, _ = find_jobs([root])
+    assert run_batch(jobs, store, config).count("analysed") == 1
+    analysed_at = store.get("201").analysed_at
+    late = root / "201" / "gpu02" / "late.txt"
+    late.parent.mkdir(exist_ok=True)
+    late.write_text("2026-12-02T13:04:06,123456+00:00 NVRM: Xid (PCI:0000:3b:00): 79, pid=4121, name=python, GPU has fallen off the bus.\n")
+    os.utime(late, (analysed_at + 30, analysed_at + 30))  # within the clocks' margin: not yet
+    assert run_batch(jobs, store, config).count("skipped") == 1
+    os.utime(late, (analysed_at + 600, analysed_at + 600))
+    again = run_batch(jobs, store, config)
+    assert again.count("analysed") == 1 and store.get("201").analysed_at > analysed_at
+
+
 def test_shards_split_the_jobs_without_overlap():
     ids = [str(n) for n in range(1000, 1300)] + ["77_3", "78+1"]
     shards = [{i for i in ids if in_shard(i, (k, 3))} for k in range(3)]
