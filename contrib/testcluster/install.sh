@@ -7,10 +7,11 @@ set -euo pipefail
 # (the project venv may live under /root, which other users cannot enter).
 # postgresql: the fleet store's second backend; prometheus: its promtool checks the metrics we write,
 # and the Prometheus connector is tested against its server (contrib/testprom);
-# chromium: the service's pages are loaded in it (headless).
-PKGS=(slurm-wlm slurmdbd slurm-client munge mariadb-server python3-click python3-yaml postgresql prometheus chromium)
+# chromium: the service's pages are loaded in it (headless), through nginx-light with
+# contrib/systemd/nginx-sattrib.conf, the reverse proxy a site puts in front of the service.
+PKGS=(slurm-wlm slurmdbd slurm-client munge mariadb-server python3-click python3-yaml postgresql prometheus chromium nginx-light)
 # Binaries that must exist afterwards (package -> binary sanity check).
-BINS=(slurmctld slurmd slurmdbd sbatch sacct sacctmgr munged mariadbd promtool chromium)
+BINS=(slurmctld slurmd slurmdbd sbatch sacct sacctmgr munged mariadbd promtool chromium nginx)
 
 have_all() {
     local b

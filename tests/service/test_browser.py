@@ -1,60 +1,46 @@
-"""The pages in Debian's headless Chromium, through a reverse proxy that sets the user header as a
-site's authenticating proxy does: they load without console messages, the timeline has one lane
-per node with the cause on the culprit's lane, and screenshots are saved."""
+"""The pages in Debian's headless Chromium, through nginx configured with the location block of
+contrib/systemd/nginx-sattrib.conf (basic auth, the service's Unix socket) as a site's
+authenticating proxy: they load without console messages, the timeline has one lane per node
+with the cause on the culprit's lane, and screenshots are saved."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
 import subprocess
-import threading
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from service_support import PROXY_SECRET, start_server, stop_server, store_dir  # noqa: F401 (a fixture)
+from nginx_proxy import NGINX, WORKER_USER, site_folder, start_nginx
+from service_support import start_server, stop_server, store_dir  # noqa: F401 (a fixture)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package chromium; contrib/testcluster/install.sh)")
 
 
-def proxy_to(upstream: str, user: str) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            request = urllib.request.Request(upstream + self.path,
-                                             headers={"X-Remote-User": user, "X-Sattrib-Proxy-Secret": PROXY_SECRET,
-                                                      "Accept": self.headers.get("Accept", "*/*")})
-            try:
-                with urllib.request.urlopen(request, timeout=30) as answer:
-                    status, body, kind = answer.status, answer.read(), answer.headers.get("content-type", "text/html")
-            except urllib.error.HTTPError as exc:
-                status, body, kind = exc.code, exc.read(), exc.headers.get("content-type", "text/plain")
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+PASSWORDS = {"root": "root-pw", "nobody": "nobody-pw"}  # root: an admin when no admin_group is set
 
 
 @pytest.fixture(scope="module")
 def browser_bases(store_dir):
-    """The pages through a proxy for root (an admin) and one for nobody (a user)."""
-    server = start_server(store_dir, f"results: {store_dir / 'results'}\nservice_proxy_secret_file: {store_dir / 'proxy-secret'}\n")
-    proxy = proxy_to(server.url, "root")  # root: an admin when no admin_group is set
-    user_proxy = proxy_to(server.url, "nobody")
-    yield f"http://127.0.0.1:{proxy.server_address[1]}", f"http://127.0.0.1:{user_proxy.server_address[1]}"
-    user_proxy.shutdown()
-    proxy.shutdown()
+    """The pages through nginx with contrib's location block, as root (an admin) and as nobody (a
+    user), each logged in by basic auth in the URL."""
+    if NGINX is None:
+        pytest.skip("nginx not installed (Debian package nginx-light; contrib/testcluster/install.sh)")
+    folder = site_folder()
+    socket_path = folder / "serve.sock"
+    server = start_server(store_dir, f"results: {store_dir / 'results'}\nservice_socket_group: {WORKER_USER}\n",
+                          socket_path=socket_path)
+    base, nginx = start_nginx(folder, socket_path, PASSWORDS)
+    yield tuple(base.replace("http://", f"http://{user}:{password}@") for user, password in PASSWORDS.items())
+    nginx.terminate()
+    nginx.wait(timeout=20)
     stop_server(server)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def chromium(*args: str) -> subprocess.CompletedProcess:
@@ -105,7 +91,27 @@ def test_an_error_is_a_page_in_a_browser_and_json_for_an_api_client(browser_base
     assert '<h1 id="error">403 Forbidden</h1>' in admin_only and "for administrators only" in admin_only
     missing = chromium("--dump-dom", f"{browser_bases[0]}/jobs/999999").stdout
     assert '<h1 id="error">404 Not Found</h1>' in missing
-    api = urllib.request.Request(f"{browser_bases[1]}/fleet", headers={"Accept": "application/json"})
+    base = browser_bases[1].replace("nobody:nobody-pw@", "")
+    login = "Basic " + base64.b64encode(b"nobody:nobody-pw").decode()
+    api = urllib.request.Request(f"{base}/fleet", headers={"Accept": "application/json", "Authorization": login})
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(api, timeout=30)
     assert refused.value.code == 403 and json.loads(refused.value.read()) == {"detail": "for administrators only"}
+
+
+def test_the_proxy_asks_for_a_login_and_replaces_a_forged_user_header(browser_bases):
+    """contrib's nginx block: no login, no page; a logged-in user's own X-Remote-User (here
+    claiming root, an admin) is replaced by the name nginx authenticated."""
+    base = browser_bases[1].replace("nobody:nobody-pw@", "")
+    with pytest.raises(urllib.error.HTTPError) as anonymous:
+        urllib.request.urlopen(f"{base}/jobs", timeout=30)
+    assert anonymous.value.code == 401
+    login = "Basic " + base64.b64encode(b"nobody:nobody-pw").decode()
+    forged = urllib.request.Request(f"{base}/fleet", headers={"Accept": "application/json", "Authorization": login,
+                                                              "X-Remote-User": "root"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(forged, timeout=30)
+    assert refused.value.code == 403
+    mine = urllib.request.Request(f"{base}/jobs", headers={"Authorization": login})
+    with urllib.request.urlopen(mine, timeout=30) as page:
+        assert page.status == 200 and b"101" in page.read()  # nobody's job
