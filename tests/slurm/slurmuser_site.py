@@ -69,3 +69,27 @@ def runnable_python(user: str) -> tuple[str, str]:
         if subprocess.run(probe, capture_output=True, timeout=60, cwd="/tmp").returncode == 0:
             return python, path
     pytest.skip(f"no Python with the package's dependencies that {user} can run")
+
+
+def site_with_hooks(prefix: str) -> Path:
+    """A site folder under /tmp (write_site_config) with the hooks as `sattrib install-hooks` writes
+    them into its etc/, and this checkout's package beside that folder, as in a source checkout."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    d.chmod(0o755)
+    write_site_config(d)
+    (d / "slurm_attrib").symlink_to(REPO / "slurm_attrib")
+    subprocess.run([sys.executable, "-m", "slurm_attrib", "install-hooks", str(d / "etc")], check=True,
+                   env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True)
+    (d / "etc").chmod(0o755)
+    return d
+
+
+def wait_for_file(path: Path, seconds: float = 90) -> None:
+    import time
+
+    end = time.monotonic() + seconds
+    while not path.is_file() and time.monotonic() < end:
+        time.sleep(0.3)
+    assert path.is_file(), f"{path} never appeared"

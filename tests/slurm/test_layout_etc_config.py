@@ -11,16 +11,13 @@ the defaults /var/spool/sattrib and /var/lib/sattrib/results), and its owner rea
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from slurmuser_site import runnable_python, site_on, write_site_config
+from slurmuser_site import runnable_python, site_on, site_with_hooks, wait_for_file
 
 pytestmark = pytest.mark.slurm
 
@@ -33,13 +30,7 @@ def _workdir() -> Path:
     writes them with nothing beside them naming a config, and the files the daemons see in /etc."""
     if "dir" in _STATE:
         return _STATE["dir"]
-    d = Path(tempfile.mkdtemp(prefix="sattrib-etc-layout-", dir="/tmp"))
-    d.chmod(0o755)
-    write_site_config(d)
-    (d / "slurm_attrib").symlink_to(REPO / "slurm_attrib")
-    subprocess.run([sys.executable, "-m", "slurm_attrib", "install-hooks", str(d / "etc")], check=True,
-                   env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True)
-    (d / "etc").chmod(0o755)
+    d = site_with_hooks("sattrib-etc-layout-")
     assert not (d / "etc" / "sattrib-config").exists()
     # /etc/sattrib/python names an interpreter slurm can run: a site's wrapper of its own that
     # gives the system's python3 the packages (this checkout's venv may be under /root)
@@ -69,13 +60,6 @@ def site(slurm_cluster):
     yield from site_on(slurm_cluster, _workdir())
 
 
-def _wait_for(path: Path, seconds: float = 90) -> None:
-    end = time.monotonic() + seconds
-    while not path.is_file() and time.monotonic() < end:
-        time.sleep(0.3)
-    assert path.is_file(), f"{path} never appeared"
-
-
 def test_every_hook_finds_etc_sattrib_config_yaml_through_the_daemons(site):
     cluster, d = site
     script = ("sleep 5\n"  # long enough to see the Prolog's record, which the Epilog removes
@@ -94,7 +78,7 @@ def test_every_hook_finds_etc_sattrib_config_yaml_through_the_daemons(site):
     assert cluster.wait_job(job) == "FAILED"
     bundles = d / "spool" / str(job) / "nodes"
     folder = d / "results" / str(job)
-    _wait_for(folder / "diagnosis.json")
+    wait_for_file(folder / "diagnosis.json")
     # the node Epilog (slurmd, root) wrote every node's bundle into the configured spool ...
     nodes = sorted(p.name.split(".", 1)[0] for p in bundles.iterdir())
     assert len(nodes) == 2 and set(nodes) <= set(cluster.nodes), nodes

@@ -16,16 +16,12 @@ the same Python version (the extension modules must load); otherwise the module 
 from __future__ import annotations
 
 import json
-import os
 import pwd
 import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
-from slurmuser_site import runnable_python, site_on, write_hook_wrapper, write_site_config
+from slurmuser_site import runnable_python, site_on, site_with_hooks, wait_for_file, write_hook_wrapper
 
 pytestmark = pytest.mark.slurm
 
@@ -37,15 +33,8 @@ _STATE: dict = {}
 def _workdir() -> Path:
     if "dir" in _STATE:
         return _STATE["dir"]
-    d = Path(tempfile.mkdtemp(prefix="sattrib-slurmuser-", dir="/tmp"))
-    d.chmod(0o755)
-    write_site_config(d)
-    # The node hooks as the README installs them, finding the config in `sattrib-config` next to
-    # them; this checkout's package beside their folder, as in a source checkout.
-    (d / "slurm_attrib").symlink_to(REPO / "slurm_attrib")
-    subprocess.run([sys.executable, "-m", "slurm_attrib", "install-hooks", str(d / "etc")], check=True,
-                   env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True)
-    (d / "etc").chmod(0o755)
+    # The node hooks as the README installs them, finding the config in `sattrib-config` next to them.
+    d = site_with_hooks("sattrib-slurmuser-")
     (d / "etc" / "sattrib-config").write_text(f"{d / 'config.yaml'}\n")
     # EpilogSlurmctld through $SATTRIB_CONFIG, set by a wrapper with a Python slurm can run.
     ctld_python, ctld_path = runnable_python("slurm")
@@ -74,13 +63,6 @@ def _as(user: str, cluster, d: Path, *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd="/tmp")
 
 
-def _wait_for(path: Path, seconds: float = 90) -> None:
-    end = time.monotonic() + seconds
-    while not path.is_file() and time.monotonic() < end:
-        time.sleep(0.3)
-    assert path.is_file(), f"{path} never appeared"
-
-
 def test_the_owner_reads_the_diagnosis_another_user_does_not(site):
     cluster, d = site
     script = ("echo 'Traceback (most recent call last):'\n"
@@ -90,7 +72,7 @@ def test_the_owner_reads_the_diagnosis_another_user_does_not(site):
     job = cluster.sbatch(script, user=cluster.test_user, nodes=1)
     assert cluster.wait_job(job) == "FAILED"
     folder = d / "results" / str(job)
-    _wait_for(folder / "diagnosis.txt")
+    wait_for_file(folder / "diagnosis.txt")
     assert list((d / "spool" / str(job)).iterdir()), "the node epilog did not find its sattrib-config"
     slurm = pwd.getpwnam("slurm").pw_uid
     for path, mode in ((folder, 0o750), (folder / "diagnosis.txt", 0o640), (folder / "diagnosis.json", 0o640)):
