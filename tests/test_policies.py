@@ -159,3 +159,30 @@ def test_a_cached_policy_is_built_again_when_the_matcher_it_holds_changes():
     from slurm_attrib.ruleset import policies, relations
 
     assert {policies.__file__, relations.__file__} <= {str(p) for p in policies.MODEL_FILES}
+
+
+# ---------------------------------------------------------------- pol.drain
+
+@pytest.mark.parametrize("rows, problem", [
+    ([{"quality": "likely"}], "only a drain row, and every one, gives `drain`"),
+    ([{"drain": False, "by": "its_node"}], "only a drain row, and every one, gives `drain`"),
+    ([{"drain": True, "when": {"quality": ["sure"]}}, {"drain": False}], "quality"),
+])
+def test_a_malformed_drain_policy_is_refused_with_its_reason(rows, problem):
+    raw = {"id": "pol.drain", "decides": "drain", "description": "x", "references": ["https://example.org"],
+           "rows": rows, "tests": [{"name": "a", "input": {"a.txt": "x"}, "expect": {"drain": []}},
+                                   {"name": "b", "input": {"a.txt": "x"}, "expect": {"drain": []}}]}
+    with pytest.raises(ValidationError, match=problem):
+        Policy.model_validate(raw)
+
+
+def test_a_site_drain_table_cannot_drain_on_lines_a_user_wrote(tmp_path):
+    """A site's pol.drain that drains every cause still drains nothing for a fault only the job's
+    output claims: the trust floor is the engine's, not the table's."""
+    raw = yaml.safe_load((bundled_dir("rules") / "policies" / "drain.yaml").read_text(encoding="utf-8"))
+    raw["rows"] = [{"name": "always", "drain": True}]
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "drain.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
+    failures = {f.test: f.got for f in check_policy(load_policy("drain", (tmp_path,)), (tmp_path,))}
+    assert "the same fault claimed only in the job's output" not in failures  # still no drain
+    assert failures == {"a kernel line that hedges its own meaning is not sure enough": ["gpu03"]}

@@ -616,3 +616,21 @@ def test_no_first_pass_literal_occurs_in_routine_job_lines():
     for line in ROUTINE_JOB_LINES:
         found = sorted(lit for lit in literals if lit.lower() in line.lower())
         assert not found, (line, found)
+
+
+def test_a_value_built_by_code_loaded_before_an_upgrade_is_never_read_after_it(tmp_path, monkeypatch):
+    """An upgrade lands while a process that imported the older code still runs (a service): what
+    that process builds is keyed by the code it loaded (code_digest at import), so a process of the
+    new code never unpickles the older shape ('When' object has no attribute ...)."""
+    from slurm_attrib.ruleset.cache import cached, code_digest
+
+    monkeypatch.setenv("SATTRIB_CACHE_DIR", str(tmp_path / "cache"))
+    source, code = tmp_path / "pack.yaml", tmp_path / "policies.py"
+    source.write_text("rows: []\n")
+    code.write_text("class When: a = None\n")
+    loaded_before = code_digest([code])  # the running process imported this
+    code.write_text("class When: a = None; quality = None\n")  # the upgrade
+    assert cached("policy-t", [source], lambda: "older shape", lambda value: True, code=loaded_before) == "older shape"
+    loaded_after = code_digest([code])  # a process started after the upgrade
+    assert cached("policy-t", [source], lambda: "newer shape", lambda value: True, code=loaded_after) == "newer shape"
+    assert cached("policy-t", [source], lambda: "built again", lambda value: True, code=loaded_after) == "newer shape"

@@ -6,13 +6,13 @@ from slurm_attrib.engine import assemble, reconcile, relate
 from slurm_attrib.engine.checks import JudgeContext, stalled_progress, tolerance
 from slurm_attrib.engine.culprits import CulpritContext
 from slurm_attrib.engine.events import Event
-from slurm_attrib.engine.explain import actions_for, drain_reason, summary_for
-from slurm_attrib.engine.policy import culprits_of, outcome_of, quality_row, systemic_of
+from slurm_attrib.engine.explain import actions_for, summary_for
+from slurm_attrib.engine.policy import culprits_of, drains_of, outcome_of, quality_row, systemic_of
 from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.engine.verdict import Verdict
 from slurm_attrib.ingest.gpuids import gpu_identities
 from slurm_attrib.ingest.types import Evidence, JobContext
-from slurm_attrib.model import CoverageItem, Diagnosis, Drain
+from slurm_attrib.model import CoverageItem, Diagnosis
 from slurm_attrib.provenance import Provenance
 from slurm_attrib.vocab import DRAINABLE_DOMAINS
 
@@ -30,7 +30,7 @@ def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_
     relate.explain(events, context, rule_dirs)
     relate.rank_roots(events, context, rule_dirs)
     verdict = _judge(events, evidence, last_seen, context, rule_dirs)
-    drains = _drains(verdict, job)
+    drains = drains_of(verdict, job, events, rule_dirs)
     symptoms = assemble.symptom_groups(events)
     diagnosis = Diagnosis(
         domain=verdict.domain,
@@ -166,18 +166,3 @@ def _independent_rivals(primary: Event, others: list[Event]) -> list[Event]:
                 continue  # same file, ordered by lines
             rivals.setdefault(other.node, other)
     return [rivals[n] for n in sorted(rivals)]
-
-
-def _drains(verdict: Verdict, job: JobContext) -> list[Drain]:
-    """Confirmed hardware faults from sources the user cannot write; ambiguous ones too, each
-    node on its own evidence; never a systemic problem.  How many nodes one job may drain is the
-    site's `drain_max_nodes` (drain.plan), not the engine's."""
-    if verdict.primary is None or verdict.quality not in ("confirmed", "ambiguous") or verdict.systemic:
-        return []
-    faults = [verdict.primary, *verdict.rivals]
-    drainable = [e for e in faults if e.domain in DRAINABLE_DOMAINS and e.trusted and e.strength == 3]
-    if len(drainable) != len(faults) or not verdict.culprits:
-        return []
-    # a node outside the job is never drained for it, whatever named it
-    by_node = {e.node: e for e in drainable if e.node and (not job.nodes or e.node in job.nodes)}
-    return [Drain(node=node, reason=drain_reason(by_node[node], job)) for node in verdict.culprits if node in by_node]

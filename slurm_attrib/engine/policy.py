@@ -10,11 +10,13 @@ from pathlib import Path
 from slurm_attrib.engine import outcome
 from slurm_attrib.engine.culprits import FINDERS, CulpritContext, blamed_peer
 from slurm_attrib.engine.events import Event
+from slurm_attrib.engine.explain import drain_reason
 from slurm_attrib.engine.reconcile import job_state
 from slurm_attrib.engine.relate import fill, matches
 from slurm_attrib.engine.verdict import Verdict
 from slurm_attrib.errors import RuleError
 from slurm_attrib.ingest.types import Evidence, JobContext
+from slurm_attrib.model import Drain
 from slurm_attrib.ruleset.policies import Policy, Row, When, load_policy
 from slurm_attrib.ruleset.spec import compiled
 from slurm_attrib.vocab import DOMAIN_OF_CATEGORY
@@ -43,6 +45,19 @@ def _first_row_that_holds(name: str, verdict: Verdict, job: JobContext, events: 
                           rule_dirs: tuple[Path, ...]) -> Row:
     # the last row of a policy always holds (ruleset/policies.py)
     return next(row for row in policy(name, rule_dirs).rows if holds(row.when, verdict, job, events))
+
+
+def drains_of(verdict: Verdict, job: JobContext, events: list[Event], rule_dirs: tuple[Path, ...] = ()) -> list[Drain]:
+    """The culprit nodes pol.drain says to drain, each for its own fault (the cause's or a rival's),
+    never a node outside the job.  The trust floor is code, not the table a site may replace: a
+    fault only lines a user could have written report drains nothing (provenance)."""
+    faults = [verdict.primary, *verdict.rivals] if verdict.primary is not None else []
+    if not faults or not all(f.trusted for f in faults):
+        return []
+    if not _first_row_that_holds("drain", verdict, job, events, rule_dirs).drain:
+        return []
+    by_node = {e.node: e for e in faults if e.node and (not job.nodes or e.node in job.nodes)}
+    return [Drain(node=node, reason=drain_reason(by_node[node], job)) for node in verdict.culprits if node in by_node]
 
 
 def culprits_of(found: CulpritContext, rule_dirs: tuple[Path, ...] = ()) -> list[str]:
@@ -110,6 +125,8 @@ def holds(when: When | None, verdict: Verdict, job: JobContext, events: list[Eve
         and (when.other_causes is None or _other_causes(primary, events) == when.other_causes)
         and (when.blamed_peer is None or bool(blamed_peer(events)) == when.blamed_peer)
         and (when.any is None or any(matches(when.any, e) for e in events))
+        and (not when.quality or verdict.quality in when.quality)
+        and (when.every_rival is None or all(matches(when.every_rival, r) for r in verdict.rivals))
     )
 
 

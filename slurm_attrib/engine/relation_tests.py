@@ -81,6 +81,8 @@ def policy_outcome(policy: Policy, diagnosis: Diagnosis) -> list:
         return sorted(diagnosis.culprit_nodes)
     if policy.decides == "outcome":
         return [f"{diagnosis.category}/{diagnosis.quality}"]
+    if policy.decides == "drain":
+        return sorted(d.node for d in diagnosis.drain)
     return [diagnosis.systemic] if policy.decides == "systemic" else [diagnosis.quality]
 
 

@@ -46,11 +46,20 @@ def files_key(files: list[Path]) -> str | None:
     return digest.hexdigest()[:32]
 
 
-def cached(kind: str, files: list[Path], build: Callable[[], Any], valid: Callable[[Any], bool]) -> Any:
-    """build(), or the value cached for these files' bytes when it passes valid()."""
+def code_digest(files: list[Path]) -> str:
+    """The digest of the code a cached value is built with, taken when that code is imported (call
+    it at module level): a file changed on disk later, an upgrade under a running service, must not
+    name the values this process builds with the code it loaded before."""
+    return files_key(files) or "unreadable"
+
+
+def cached(kind: str, files: list[Path], build: Callable[[], Any], valid: Callable[[Any], bool], code: str = "") -> Any:
+    """build(), or the value cached for these files' bytes and this code (code_digest) when it
+    passes valid()."""
     key = files_key(files)
     if key is None:
         return build()
+    key = hashlib.sha256(f"{code}:{key}".encode()).hexdigest()[:32]
     value = read(kind, key)
     if value is not None and valid(value):
         return value

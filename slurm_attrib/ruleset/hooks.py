@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurm_attrib.paths import bundled_dir
-from slurm_attrib.ruleset.cache import cached
+from slurm_attrib.ruleset.cache import cached, code_digest
 from slurm_attrib.ruleset.loader import load_yaml_file
 from slurm_attrib.ruleset.spec import compiled
 from slurm_attrib.vocab import OTHER_READING
@@ -35,7 +35,7 @@ XID_ROLES = {
 def xid_catalog() -> dict[int, dict[str, Any]]:
     """The NVIDIA Xid catalog shipped as rules/_xid_catalog.yaml, keyed by Xid number."""
     path = bundled_dir("rules") / "_xid_catalog.yaml"
-    return cached("xids", [path], lambda: _build_xid_catalog(path), lambda value: isinstance(value, dict))
+    return cached("xids", [path], lambda: _build_xid_catalog(path), lambda value: isinstance(value, dict), code=_CODE)
 
 
 def _build_xid_catalog(path: Path) -> dict[int, dict[str, Any]]:
@@ -114,7 +114,7 @@ def code_tables() -> dict[str, dict[str, Any]]:
     """The code families of rules/_codes.yaml, each with `by_number` and `by_key` indexes (built
     once per version of the file: kept in the user's cache)."""
     path = bundled_dir("rules") / "_codes.yaml"
-    return cached("codes", [path], lambda: _build_code_tables(path), lambda value: isinstance(value, dict))
+    return cached("codes", [path], lambda: _build_code_tables(path), lambda value: isinstance(value, dict), code=_CODE)
 
 
 def _build_code_tables(path: Path) -> dict[str, dict[str, Any]]:
@@ -464,3 +464,7 @@ HOOKS: dict[str, Callable[["Hit"], "Hit | None"]] = {
     "lsf_term": refine_lsf_term,
     "progress_done": progress_done,
 }
+
+
+# The code the cached Xid catalog and code tables are built with (this module), taken when imported.
+_CODE = code_digest([Path(__file__)])

@@ -7,7 +7,7 @@ from pathlib import Path
 from slurm_attrib.errors import RuleError
 from slurm_attrib.paths import bundled_dir
 from slurm_attrib.ruleset import spec
-from slurm_attrib.ruleset.cache import cached
+from slurm_attrib.ruleset.cache import cached, code_digest
 from slurm_attrib.ruleset.spec import Rule
 
 
@@ -64,19 +64,24 @@ def load_rules(extra_dirs: list[Path] | None = None) -> list[Rule]:
 
     Validating ~300 rules (their regexes compiled) costs most of a short run's time, so a pack
     validated once is kept in the user's cache (ruleset.cache), keyed by the bytes of every rule
-    file, of the schema that validates them, of the vocabulary it checks against and of the
-    classes the pickle holds: any change to a file, or a different set of files, validates again.  The schema's path is found without
-    importing it: a warm cache builds no pydantic model."""
+    file and of the code that builds it (_CODE): any change to a file, or a different set of
+    files, validates again."""
     folders = [bundled_dir("rules"), *(extra_dirs or [])]
     files = rule_files(folders)
-    schema = Path(spec.__file__).with_name("schema.py")
-    vocabulary = Path(spec.__file__).parent.parent / "vocab.py"  # the domains and categories the schema accepts
     return cached(
         "rules",
-        [Path(spec.__file__), schema, vocabulary, *files],
+        files,
         lambda: _validate(files),
         lambda rules: isinstance(rules, list) and all(isinstance(r, Rule) for r in rules),
+        code=_CODE,
     )
+
+
+# The code a cached rule pack is built with, taken when it is imported: the classes the pickle
+# holds (spec), the schema that validates them and the vocabulary it checks against.  The schema's
+# path is found without importing it: a warm cache builds no pydantic model.
+_CODE = code_digest([Path(spec.__file__), Path(spec.__file__).with_name("schema.py"),
+                     Path(spec.__file__).parent.parent / "vocab.py"])
 
 
 def _validate(files: list[Path]) -> list[Rule]:

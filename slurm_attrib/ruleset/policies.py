@@ -5,7 +5,7 @@ how sure the diagnosis is are policies: each a list of rows, a condition on the 
 follows from it.
 
     id: pol.quality
-    decides: quality                      # systemic | culprits | quality (read in this order) | outcome
+    decides: quality                      # systemic | culprits | quality | drain (read in this order) | outcome
     description: ...
     references: [https://...]
     rows:
@@ -23,6 +23,8 @@ follows from it.
           other_causes: true              # another cause of another domain it does not explain
           blamed_peer: true               # the job's lines blame one peer node (culprits.blamed_peer)
           any: {type: [work_progress]}    # some event holds for this matcher
+          quality: [confirmed]            # the verdict's quality is one of these (drain)
+          every_rival: {trusted: true}    # every rival holds for this matcher (drain)
         quality: insufficient             # quality: what the row gives
         note: '...'                       # optional: a note the diagnosis carries when the row holds
                                           # ([ on {node}]: the cause's node, left out when unknown)
@@ -40,7 +42,9 @@ cause: its rows give `outcome: {category: ..., quality: ...}` (the domain is the
 conditions on the job's state and on what its events show (`any:` an event matcher that some event
 must hold for), and may name a finder of engine/outcome.py (`by: hang_suspect`): a row whose finder
 finds nothing decides without culprits, or with `or_next: true` lets the next row decide; a
-row's note is filled from what its finder found.  A systemic row gives `systemic: false`, or `spread: {nodes: 3, within: 300}`:
+row's note is filled from what its finder found.  A drain row gives `drain: true` or `false`: whether
+the culprit nodes are drained (engine/policy.drains_of: never on a fault a user's lines report,
+whatever a site's table says).  A systemic row gives `systemic: false`, or `spread: {nodes: 3, within: 300}`:
 systemic when the candidate causes of the chosen one's category stand on at least that many nodes
 within that many seconds of it (all of them when it has no time).  The first row that decides,
 decides.
@@ -58,13 +62,13 @@ from pydantic import Field, field_validator, model_validator
 
 from slurm_attrib.errors import RuleError
 from slurm_attrib.paths import bundled_dir
-from slurm_attrib.ruleset.cache import cached
+from slurm_attrib.ruleset.cache import cached, code_digest
 from slurm_attrib import vocab
 from slurm_attrib.ruleset import relations
 from slurm_attrib.ruleset.relations import EventMatch, KnownCategory, Strict
 
 POLICIES_FOLDER = "policies"  # inside each rule folder
-POLICIES = ("systemic", "culprits", "quality", "outcome")  # one file each; the first three in this order, once a cause is chosen
+POLICIES = ("systemic", "culprits", "quality", "drain", "outcome")  # one file each; the first four in this order, once a cause is chosen
 QUALITIES = ("confirmed", "likely", "ambiguous", "insufficient")
 
 
@@ -75,12 +79,14 @@ class When(Strict):
     culprits: bool | None = None
     job_started: bool | None = None
     job_state: list[str] = []  # Slurm's state is one of these
+    quality: list[Literal["confirmed", "likely", "ambiguous", "insufficient"]] = []  # the verdict's (drain)
     job_state_not: list[str] = []
     job_nodes: int | None = Field(default=None, ge=0)
     text: str | None = None
     other_causes: bool | None = None  # another cause, of another domain, that the chosen one does not explain
     blamed_peer: bool | None = None  # the job's lines blame one peer node (engine/culprits.blamed_peer)
     any: EventMatch | None = None  # some event of the job holds for this matcher
+    every_rival: EventMatch | None = None  # every rival of the cause holds for this matcher (none: holds)
 
     @field_validator("text")
     @classmethod
@@ -114,6 +120,7 @@ class Row(Strict):
     when: When | None = None  # none: the row always holds
     quality: Literal["confirmed", "likely", "ambiguous", "insufficient"] | None = None
     outcome: Outcome | None = None  # outcome: what the row gives
+    drain: bool | None = None  # drain: whether the culprits are drained
     by: str | None = None  # culprits: the finder (engine/culprits.py FINDERS)
     or_next: bool = False  # culprits: when the finder names nobody, the next row is read
     systemic: bool | None = None  # systemic: what the row gives ...
@@ -123,19 +130,20 @@ class Row(Strict):
     @property
     def decides(self) -> bool:
         return (self.quality is not None or (self.by is not None and not self.or_next)
-                or self.systemic is not None or self.spread is not None or (self.outcome is not None and self.by is None))
+                or self.systemic is not None or self.spread is not None or (self.outcome is not None and self.by is None)
+                or self.drain is not None)
 
 
 class PolicyTest(Strict):
     name: str
     job: dict[str, Any] = {}
     input: dict[str, str] = Field(min_length=1)
-    expect: dict[Literal["quality", "culprits", "systemic", "outcome"], Any]  # outcome: "category/quality"
+    expect: dict[Literal["quality", "culprits", "systemic", "drain", "outcome"], Any]  # outcome: "category/quality"; drain: nodes
 
 
 class Policy(Strict):
     id: str = Field(pattern=r"^pol\.[a-z0-9_]+$")
-    decides: Literal["systemic", "culprits", "quality", "outcome"]
+    decides: Literal["systemic", "culprits", "quality", "drain", "outcome"]
     description: str
     references: list[str] = Field(min_length=1)
     rows: list[Row] = Field(min_length=1)
@@ -145,6 +153,9 @@ class Policy(Strict):
     def _rows_fit_and_one_always_decides(self) -> "Policy":
         for row in self.rows:
             gives_systemic = row.systemic is not None or row.spread is not None
+            if (row.drain is not None) != (self.decides == "drain") or (
+                    self.decides == "drain" and (row.quality is not None or row.by is not None or gives_systemic or row.note)):
+                raise ValueError(f"row {row.name!r}: only a drain row, and every one, gives `drain` (true or false), nothing else")
             if (row.outcome is not None) != (self.decides == "outcome"):
                 raise ValueError(f"row {row.name!r}: only an outcome row, and every one, gives an `outcome`")
             if self.decides == "outcome" and (row.quality is not None or gives_systemic):
@@ -172,12 +183,13 @@ def load_policy(name: str, rule_dirs: tuple[Path, ...] = ()) -> Policy:
     rule pack, keyed by the file and this module (a warm cache reads no YAML)."""
     path = next((p for p in (Path(d) / POLICIES_FOLDER / f"{name}.yaml" for d in reversed(rule_dirs)) if p.is_file()),
                 bundled_dir("rules") / POLICIES_FOLDER / f"{name}.yaml")
-    return cached(f"policy-{name}", [*MODEL_FILES, path], lambda: _read_policy(path), lambda value: isinstance(value, Policy))
+    return cached(f"policy-{name}", [path], lambda: _read_policy(path), lambda value: isinstance(value, Policy), code=_CODE)
 
 
 # The modules whose classes a cached policy holds or that validated it: a change to any of them
 # (an upgrade that adds a matcher key) builds the policy again, never unpickles an older shape.
 MODEL_FILES = (Path(__file__), Path(relations.__file__), Path(vocab.__file__))
+_CODE = code_digest(list(MODEL_FILES))
 
 
 def _read_policy(path: Path) -> Policy:

@@ -99,7 +99,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 
 from slurm_attrib.errors import RuleError
 from slurm_attrib.paths import bundled_dir
-from slurm_attrib.ruleset.cache import cached
+from slurm_attrib.ruleset.cache import cached, code_digest
 from slurm_attrib import vocab
 from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, DOMAIN_OF_CATEGORY, SOURCE_KINDS
 
@@ -282,9 +282,7 @@ def load_relations(extra_dirs: list[Path] | None = None) -> list[Relation]:
     separated by `---`), in id order; a site relation with a bundled id replaces it.  Cached like
     the rule pack, keyed by these files and this module."""
     files = relation_files([bundled_dir("rules"), *(extra_dirs or [])])
-    # vocab validated the relations' domains and categories: a change to it builds them again
-    return cached("relations", [Path(__file__), Path(vocab.__file__), *files], lambda: _read_relations(files),
-                  lambda value: isinstance(value, list))
+    return cached("relations", files, lambda: _read_relations(files), lambda value: isinstance(value, list), code=_CODE)
 
 
 def _read_relations(files: list[Path]) -> list[Relation]:
@@ -305,3 +303,8 @@ def _read_relations(files: list[Path]) -> list[Relation]:
                 raise RuleError(f"{path}: relation {where}: {exc}") from None
             by_id[relation.id] = relation
     return [by_id[key] for key in sorted(by_id)]
+
+
+# The code a cached list of relations is built with: this module's classes, and the vocabulary
+# that validated their domains and categories (a change to either builds them again).
+_CODE = code_digest([Path(__file__), Path(vocab.__file__)])
