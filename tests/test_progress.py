@@ -149,3 +149,21 @@ def test_a_time_limit_after_progress_stopped_says_the_run_stalled_first(tmp_path
     steady = "".join(MEGATRON.format(m=59, s=k, k=k, c=k) for k in range(1, 40)).replace("10:59", "11:59")
     found = _analyze(tmp_path, {"slurm-5001.out": steady + banner}, job)
     assert found["category"] == "time_limit" and not any("progress had stopped" in n for n in found["notes"])
+
+
+def test_why_a_run_reads_as_stalled_is_shown_in_every_format(tmp_path):
+    """The note that says where progress stopped is in the text, Markdown and HTML a user reads,
+    not only in the JSON; the summary says the run stopped, not that it hung in a collective."""
+    from slurm_attrib.render import render_html, render_markdown, render_text
+
+    root = tmp_path / "job"
+    root.mkdir()
+    (root / "slurm-5001.out").write_text(_megatron(300) + STACK)
+    diagnosis = analyze_path(root)
+    assert diagnosis.category == "hang_unattributed" and "collective" not in diagnosis.summary
+    why = "progress stopped at 300/1000"
+    assert any(why in note for note in diagnosis.notes)
+    text = render_text(diagnosis)
+    assert f"  why      {why}" in text
+    assert f"| **why** | {why}" in render_markdown(diagnosis)
+    assert f'<dt>why</dt><dd class="notes">{why}' in render_html(diagnosis)

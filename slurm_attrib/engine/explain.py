@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from slurm_attrib.engine.correlate import HANG_TYPES
 from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.model import Action, Drain, SymptomGroup
 
@@ -90,6 +91,8 @@ def summary_for(verdict: "Verdict", symptoms: list[SymptomGroup], job: "JobConte
             return f"{job_words} shows no failure."
         if verdict.category == "hang_unattributed" and verdict.culprits:
             return f"{job_words} hung in a collective; {verdict.culprits[0]} is the suspect: it is the only node that did not report the timeout."
+        if verdict.category == "hang_unattributed" and not any(s.type in HANG_TYPES for s in symptoms):
+            return f"{job_words} stopped short of its end, and no line says where or why."
         if verdict.category == "hang_unattributed":
             return f"{job_words} hung in a collective; the evidence does not show where it began."
         if job.state:
