@@ -1,0 +1,91 @@
+"""The local spool, through the real daemons: when the shared spool does not take a node's bundle
+at a job's end (here mounted read-only, which stops root too), slurmd's Epilog writes it to the
+local spool; the node's next Epilog, with the shared spool back, forwards it; and the
+controller's worker, still waiting for that node's bundle (late_bundle_wait), analyses the job
+again with it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from slurmuser_site import runnable_python, site_on, site_with_hooks, wait_for_file, write_hook_wrapper
+
+pytestmark = pytest.mark.slurm
+
+_STATE: dict = {}
+
+
+def _workdir() -> Path:
+    if "dir" in _STATE:
+        return _STATE["dir"]
+    d = site_with_hooks("sattrib-local-spool-")
+    config = json.loads((d / "config.yaml").read_text())
+    (d / "config.yaml").write_text(json.dumps({**config, "late_bundle_wait": 120}, indent=1))
+    (d / "etc" / "sattrib-config").write_text(f"{d / 'config.yaml'}\n")
+    ctld_python, ctld_path = runnable_python("slurm")
+    write_hook_wrapper(d, "sattrib-epilog-ctld", ctld_python, ctld_path)
+    _STATE["dir"] = d
+    return d
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster_config():
+    d = _workdir()
+    return {"prolog": d / "etc" / "sattrib-prolog", "epilog": d / "etc" / "sattrib-epilog",
+            "epilog_ctld": d / "bin" / "sattrib-epilog-ctld", "extra_env": {"SATTRIB_SLURM_USER": "slurm"}}
+
+
+@pytest.fixture(scope="module")
+def site(slurm_cluster):
+    yield from site_on(slurm_cluster, _workdir())
+
+
+def _read_only(folder: Path) -> None:
+    for command in (["mount", "--bind", str(folder), str(folder)], ["mount", "-o", "remount,bind,ro", str(folder)]):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            subprocess.run(["umount", str(folder)], capture_output=True, timeout=30)
+            pytest.skip(f"cannot make the shared spool read-only here: {done.stderr.strip()}")
+
+
+def _diagnosis(path: Path, want, seconds: float = 150) -> dict:
+    end = time.monotonic() + seconds
+    found = {}
+    while time.monotonic() < end:
+        if path.is_file():
+            found = json.loads(path.read_text())
+            if want(found):
+                return found
+        time.sleep(0.5)
+    raise AssertionError(f"{path}: {found.get('summary')} {found.get('coverage')}")
+
+
+def test_a_bundle_left_in_the_local_spool_reaches_its_analysis(site):
+    cluster, d = site
+    stranded = None
+    _read_only(d / "spool")
+    try:
+        job = cluster.sbatch("echo 'Traceback (most recent call last):'\n"
+                             "echo '  File \"/home/user/train.py\", line 42, in <module>'\n"
+                             "echo 'ZeroDivisionError: division by zero'\nexit 1\n",
+                             user=cluster.test_user, nodes=1, nodelist="gpu01")
+        assert cluster.wait_job(job) == "FAILED"
+        stranded = d / "local" / str(job) / "nodes" / "gpu01.json.gz"
+        wait_for_file(stranded, 60)  # the Epilog wrote it to the local spool
+        first = _diagnosis(d / "results" / str(job) / "diagnosis.json", lambda found: True)
+        assert any(c["node"] == "gpu01" and c["status"] == "missing" for c in first["coverage"])
+    finally:
+        subprocess.run(["umount", str(d / "spool")], capture_output=True, timeout=30)
+    after = cluster.sbatch("true\n", user=cluster.test_user, nodes=1, nodelist="gpu01")
+    assert cluster.wait_job(after) == "COMPLETED"
+    second = _diagnosis(d / "results" / str(job) / "diagnosis.json",
+                        lambda found: any(c["source"] == "nodes/gpu01.json.gz/job_stdout" and c["status"] == "ok"
+                                          for c in found["coverage"]))
+    assert second["category"] == "app_exception" and "ZeroDivisionError" in json.dumps(second["evidence"])
+    capture = next(c for c in second["coverage"] if c["source"] == "nodes/gpu01.json.gz/capture")
+    assert "Read-only file system" in capture["detail"] and "writing to local spool" in capture["detail"]
+    assert (d / "spool" / str(job) / "nodes" / "gpu01.json.gz").is_file() and not stranded.exists()
