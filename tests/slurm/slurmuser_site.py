@@ -93,3 +93,22 @@ def wait_for_file(path: Path, seconds: float = 90) -> None:
     while not path.is_file() and time.monotonic() < end:
         time.sleep(0.3)
     assert path.is_file(), f"{path} never appeared"
+
+
+def readme_site(prefix: str, **config) -> Path:
+    """A site installed as the README says, with SlurmUser=slurm: the node hooks find the config in
+    the `sattrib-config` file next to them, EpilogSlurmctld gets $SATTRIB_CONFIG from a wrapper
+    with a Python slurm can run; `config` overrides keys of the site's config."""
+    d = site_with_hooks(prefix)
+    if config:
+        (d / "config.yaml").write_text(json.dumps({**json.loads((d / "config.yaml").read_text()), **config}, indent=1))
+    (d / "etc" / "sattrib-config").write_text(f"{d / 'config.yaml'}\n")
+    python, path = runnable_python("slurm")
+    write_hook_wrapper(d, "sattrib-epilog-ctld", python, path)
+    return d
+
+
+def readme_cluster_config(d: Path) -> dict:
+    """The slurm_cluster_config of a readme_site."""
+    return {"prolog": d / "etc" / "sattrib-prolog", "epilog": d / "etc" / "sattrib-epilog",
+            "epilog_ctld": d / "bin" / "sattrib-epilog-ctld", "extra_env": {"SATTRIB_SLURM_USER": "slurm"}}

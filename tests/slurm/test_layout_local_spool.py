@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurmuser_site import runnable_python, site_on, site_with_hooks, wait_for_file, write_hook_wrapper
+from slurmuser_site import readme_cluster_config, readme_site, site_on, wait_for_file
 
 pytestmark = pytest.mark.slurm
 
@@ -20,23 +20,14 @@ _STATE: dict = {}
 
 
 def _workdir() -> Path:
-    if "dir" in _STATE:
-        return _STATE["dir"]
-    d = site_with_hooks("sattrib-local-spool-")
-    config = json.loads((d / "config.yaml").read_text())
-    (d / "config.yaml").write_text(json.dumps({**config, "late_bundle_wait": 120}, indent=1))
-    (d / "etc" / "sattrib-config").write_text(f"{d / 'config.yaml'}\n")
-    ctld_python, ctld_path = runnable_python("slurm")
-    write_hook_wrapper(d, "sattrib-epilog-ctld", ctld_python, ctld_path)
-    _STATE["dir"] = d
-    return d
+    if "dir" not in _STATE:
+        _STATE["dir"] = readme_site("sattrib-local-spool-", late_bundle_wait=120)
+    return _STATE["dir"]
 
 
 @pytest.fixture(scope="module")
 def slurm_cluster_config():
-    d = _workdir()
-    return {"prolog": d / "etc" / "sattrib-prolog", "epilog": d / "etc" / "sattrib-epilog",
-            "epilog_ctld": d / "bin" / "sattrib-epilog-ctld", "extra_env": {"SATTRIB_SLURM_USER": "slurm"}}
+    return readme_cluster_config(_workdir())
 
 
 @pytest.fixture(scope="module")

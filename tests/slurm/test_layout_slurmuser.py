@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from slurmuser_site import runnable_python, site_on, site_with_hooks, wait_for_file, write_hook_wrapper
+from slurmuser_site import readme_cluster_config, readme_site, runnable_python, site_on, wait_for_file
 
 pytestmark = pytest.mark.slurm
 
@@ -31,23 +31,14 @@ _STATE: dict = {}
 
 
 def _workdir() -> Path:
-    if "dir" in _STATE:
-        return _STATE["dir"]
-    # The node hooks as the README installs them, finding the config in `sattrib-config` next to them.
-    d = site_with_hooks("sattrib-slurmuser-")
-    (d / "etc" / "sattrib-config").write_text(f"{d / 'config.yaml'}\n")
-    # EpilogSlurmctld through $SATTRIB_CONFIG, set by a wrapper with a Python slurm can run.
-    ctld_python, ctld_path = runnable_python("slurm")
-    write_hook_wrapper(d, "sattrib-epilog-ctld", ctld_python, ctld_path)
-    _STATE["dir"] = d
-    return d
+    if "dir" not in _STATE:
+        _STATE["dir"] = readme_site("sattrib-slurmuser-")
+    return _STATE["dir"]
 
 
 @pytest.fixture(scope="module")
 def slurm_cluster_config():
-    d = _workdir()
-    return {"prolog": d / "etc" / "sattrib-prolog", "epilog": d / "etc" / "sattrib-epilog",
-            "epilog_ctld": d / "bin" / "sattrib-epilog-ctld", "extra_env": {"SATTRIB_SLURM_USER": "slurm"}}
+    return readme_cluster_config(_workdir())
 
 
 @pytest.fixture(scope="module")
