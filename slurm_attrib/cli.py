@@ -121,7 +121,8 @@ def analyze(path: Path, fmt: str, output: Path | None, rule_dirs: tuple[Path, ..
 @_rule_dirs_option
 def explain(path: Path, rule_dirs: tuple[Path, ...]) -> None:
     """How the diagnosis of PATH was reached: the cause, the relations (rules/relations) that
-    changed it or tied its symptoms to it, and what they set aside or promoted."""
+    changed it or tied its symptoms to it, what they set aside or promoted, and the policy rows
+    (rules/policies) that decided the rest."""
     from slurm_attrib.engine.pipeline import judge_path
     from slurm_attrib.proof import proof_tree
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from slurm_attrib.provenance import Provenance
 
@@ -138,3 +138,6 @@ class Diagnosis(Model):
     notes: list[str] = []
     # The relations (rules/relations) that decided the cause and its symptoms; `sattrib explain` shows how
     decided_by: list[str] = []
+    # The policy rows (rules/policies) that decided the rest, "pol.quality: <row>": for `sattrib
+    # explain`, not part of the diagnosis' JSON.
+    _policy_rows: list[str] = PrivateAttr(default_factory=list)

@@ -1,7 +1,8 @@
 """`sattrib explain`: how the judgement reached its diagnosis, as a tree of decisions.
 
 The cause, then each relation (rules/relations) that changed it or tied events to it, then what the
-relations set aside and what they promoted.  A link made by a part of the judgement that is not a
+relations set aside and what they promoted, then the policy rows (rules/policies) that decided the
+rest: shared or not, the culprits, the quality, the drain, or how a job with no cause ended.  A link made by a part of the judgement that is not a
 relation yet is shown as `judge`."""
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def proof_tree(diagnosis: Diagnosis, events: list[Event]) -> str:
         for relation, members in sorted(groups.items()):
             lines.append(f"{title} by {relation}: {_count(members)}")
             lines += [f"    {_event(e)}" for e in members[:SHOWN]]
+    lines += [f"policy  {row}" for row in diagnosis._policy_rows]
     return "\n".join(lines) + "\n"
 
 

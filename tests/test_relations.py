@@ -84,6 +84,13 @@ def test_explain_prints_the_cause_and_the_relations_that_decided(tmp_path):
     assert lines[1].startswith("cause   gpu.xid gpu03 gpu03/dmesg.txt:2 ")
     assert "  explains, by rel.xid_burst: 1 event(s)" in lines
     assert any(line.startswith("set aside by sup.outside_job_window: 1 event(s)") for line in lines)
+    # then the policy rows that decided the rest, each with what it gave; none of them in the JSON
+    policies = [line.split(": ", 1)[0] for line in lines if line.startswith("policy  ")]
+    assert policies == ["policy  pol.systemic", "policy  pol.culprits", "policy  pol.quality", "policy  pol.drain"]
+    assert "policy  pol.quality: otherwise -> confirmed" in lines
+    assert any(line.startswith("policy  pol.drain: a hardware fault") and line.endswith("-> gpu03") for line in lines)
+    analysed = subprocess.run([*sattrib_argv(), "analyze", str(tmp_path)], capture_output=True, text=True, check=True)
+    assert "pol.quality" not in analysed.stdout
 
 
 def test_the_order_of_relations_within_a_stratum_does_not_change_any_case(monkeypatch):

@@ -54,6 +54,7 @@ def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_
         notes=verdict.notes,
         decided_by=_decided_by(verdict, events),
     )
+    diagnosis._policy_rows = list(verdict.rows)
     return diagnosis, events
 
 

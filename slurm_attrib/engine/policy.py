@@ -29,16 +29,21 @@ def systemic_of(verdict: Verdict, candidates: list[Event], job: JobContext, even
     ranking chose among."""
     row = _first_row_that_holds("systemic", verdict, job, events, rule_dirs)
     if row.spread is None:
-        return bool(row.systemic)
-    primary = verdict.primary
-    nodes = {c.node for c in candidates if c.category == primary.category and c.node and (
-        primary.time is None or (c.time is not None and abs(c.time - primary.time) <= row.spread.within))}
-    return len(nodes) >= row.spread.nodes
+        shared = bool(row.systemic)
+    else:
+        primary = verdict.primary
+        nodes = {c.node for c in candidates if c.category == primary.category and c.node and (
+            primary.time is None or (c.time is not None and abs(c.time - primary.time) <= row.spread.within))}
+        shared = len(nodes) >= row.spread.nodes
+    verdict.rows.append(_named("systemic", row, rule_dirs, "shared" if shared else "not shared"))
+    return shared
 
 
 def quality_row(verdict: Verdict, job: JobContext, events: list[Event], rule_dirs: tuple[Path, ...] = ()) -> Row:
     """The row of pol.quality that decides the verdict's quality (its cause chosen, culprits named)."""
-    return _first_row_that_holds("quality", verdict, job, events, rule_dirs)
+    row = _first_row_that_holds("quality", verdict, job, events, rule_dirs)
+    verdict.rows.append(_named("quality", row, rule_dirs, row.quality))
+    return row
 
 
 def _first_row_that_holds(name: str, verdict: Verdict, job: JobContext, events: list[Event],
@@ -47,17 +52,27 @@ def _first_row_that_holds(name: str, verdict: Verdict, job: JobContext, events: 
     return next(row for row in policy(name, rule_dirs).rows if holds(row.when, verdict, job, events))
 
 
+def _named(name: str, row: Row, rule_dirs: tuple[Path, ...], gave: str) -> str:
+    """How `sattrib explain` names a row that decided: its policy's id, the row's name, what it gave."""
+    return f"{policy(name, rule_dirs).id}: {row.name or 'otherwise'} -> {gave}"
+
+
 def drains_of(verdict: Verdict, job: JobContext, events: list[Event], rule_dirs: tuple[Path, ...] = ()) -> list[Drain]:
     """The culprit nodes pol.drain says to drain, each for its own fault (the cause's or a rival's),
     never a node outside the job.  The trust floor is code, not the table a site may replace: a
     fault only lines a user could have written report drains nothing (provenance)."""
     faults = [verdict.primary, *verdict.rivals] if verdict.primary is not None else []
-    if not faults or not all(f.trusted for f in faults):
+    if not faults:
         return []
-    if not _first_row_that_holds("drain", verdict, job, events, rule_dirs).drain:
+    if not all(f.trusted for f in faults):
+        verdict.rows.append("pol.drain: not read: a fault only lines a user could have written report -> no drain")
         return []
+    row = _first_row_that_holds("drain", verdict, job, events, rule_dirs)
     by_node = {e.node: e for e in faults if e.node and (not job.nodes or e.node in job.nodes)}
-    return [Drain(node=node, reason=drain_reason(by_node[node], job)) for node in verdict.culprits if node in by_node]
+    drains = [Drain(node=node, reason=drain_reason(by_node[node], job)) for node in verdict.culprits if node in by_node]
+    drains = drains if row.drain else []
+    verdict.rows.append(_named("drain", row, rule_dirs, ", ".join(d.node for d in drains) or "no drain"))
+    return drains
 
 
 def culprits_of(found: CulpritContext, rule_dirs: tuple[Path, ...] = ()) -> list[str]:
@@ -73,6 +88,7 @@ def culprits_of(found: CulpritContext, rule_dirs: tuple[Path, ...] = ()) -> list
             continue
         nodes = FINDERS[row.by](found)
         if nodes or not row.or_next:
+            verdict.rows.append(_named("culprits", row, rule_dirs, ", ".join(nodes) or "no node"))
             return nodes
     return []
 
@@ -90,7 +106,8 @@ def outcome_of(events: list[Event], evidence: Evidence, rule_dirs: tuple[Path, .
             continue
         found = found or outcome.Found()
         verdict = Verdict(domain=DOMAIN_OF_CATEGORY[row.outcome.category], category=row.outcome.category,
-                          quality=row.outcome.quality, culprits=found.nodes, hang=found.hang)
+                          quality=row.outcome.quality, culprits=found.nodes, hang=found.hang,
+                          rows=[_named("outcome", row, rule_dirs, f"{row.outcome.category}/{row.outcome.quality}")])
         verdict.notes += found.notes
         if row.note:
             verdict.notes.append(fill(row.note, found.values))

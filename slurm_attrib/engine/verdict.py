@@ -20,3 +20,4 @@ class Verdict:
     systemic: bool = False
     notes: list[str] = field(default_factory=list)
     hang: HangFinding | None = None  # the rank a hang began from, read from stack or flight-recorder dumps
+    rows: list[str] = field(default_factory=list)  # the policy rows that decided it: "pol.quality: <row name>"
