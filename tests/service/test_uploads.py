@@ -99,20 +99,26 @@ def test_health_answers_fast_while_hostile_uploads_run(server):
 
 def test_a_full_queue_answers_503_with_retry_after(store_dir):
     server = start_server(store_dir, _config(store_dir, service_upload_workers=1, service_upload_queue=0))
-    slow = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
-    try:  # an upload that holds the one slot: its body arrives slowly
-        slow.sendall(b"POST /v1/analyze HTTP/1.1\r\nHost: x\r\nX-Remote-User: nobody\r\n"
-                     b"X-Sattrib-Proxy-Secret: " + PROXY_SECRET.encode() + b"\r\nContent-Length: 1000\r\n\r\n" + b"x" * 10)
-        deadline = time.monotonic() + 10
+    try:
+        deadline = time.monotonic() + 20
         while True:
-            status, headers, body = post(server, tar_of({"app.log": b"hello\n"}))
+            # an upload that holds the one slot: its body arrives slowly.  The server must admit it
+            # before the next upload comes; when that upload got there first, the slow one was
+            # the one refused: try again with a new one
+            slow = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
+            try:
+                slow.sendall(b"POST /v1/analyze HTTP/1.1\r\nHost: x\r\nX-Remote-User: nobody\r\n"
+                             b"X-Sattrib-Proxy-Secret: " + PROXY_SECRET.encode() + b"\r\nContent-Length: 1000\r\n\r\n"
+                             + b"x" * 10)
+                time.sleep(0.3)
+                status, headers, body = post(server, tar_of({"app.log": b"hello\n"}))
+            finally:
+                slow.close()
             if status == 503 or time.monotonic() > deadline:
                 break
-            time.sleep(0.2)
         assert status == 503 and headers["retry-after"].isdigit(), body
         assert "try again later" in json.loads(body)["detail"]
     finally:
-        slow.close()
         stop_server(server)
 
 
