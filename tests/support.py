@@ -1,6 +1,8 @@
 """Helpers shared by the test modules (importable as `support`; see pythonpath in pyproject)."""
 
+import json
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,3 +22,17 @@ def epilog_test_config(work: Path) -> dict:
             "sources": [{"name": n, "kind": k, "enabled": False} for n, k in
                         (("kernel", "kernel"), ("syslog", "syslog"), ("nvidia_smi", "nvidia_smi"),
                          ("flight_recorder", "app"))]}
+
+
+def wait_for_diagnosis(results: Path, job: str, want=lambda diagnosis: True, timeout: float = 30.0) -> dict:
+    """The job's stored diagnosis (<results>/<job>/diagnosis.json) once it holds for `want`."""
+    path = Path(results) / str(job) / "diagnosis.json"
+    end = time.monotonic() + timeout
+    found: dict = {}
+    while time.monotonic() < end:
+        if path.is_file():
+            found = json.loads(path.read_text())
+            if want(found):
+                return found
+        time.sleep(0.2)
+    raise AssertionError(f"no such diagnosis of job {job} after {timeout} s: {found.get('summary')} {found.get('coverage')}")

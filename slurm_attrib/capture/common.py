@@ -560,16 +560,16 @@ def stranded_bundles(local_spool: str) -> list[tuple[str, str, str]]:
     return [(job_id, name, path) for _, job_id, name, path in sorted(found)]
 
 
-def read_ours_nofollow(path: str, limit: int) -> bytes | None:
-    """The bytes of a regular file of ours (not a symlink, owned by this process' user), at most
-    `limit` of them; None otherwise or when longer."""
+def read_nofollow(path: str, limit: int, ours: bool = False) -> bytes | None:
+    """The bytes of a regular file (not through a symlink), at most `limit` of them; with `ours`,
+    only a file this process' user owns.  None otherwise, or when the file is longer."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_size > limit:
+        if not stat.S_ISREG(info.st_mode) or (ours and info.st_uid != os.getuid()) or info.st_size > limit:
             return None
         chunks, total = [], 0
         while total <= limit:
@@ -586,23 +586,9 @@ def read_ours_nofollow(path: str, limit: int) -> bytes | None:
 
 
 def read_json_nofollow(path: str, limit: int = 4 * 1024 * 1024) -> dict | None:
+    data = read_nofollow(path, limit)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        value = json.loads(data) if data is not None else None
+    except ValueError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks, total = [], 0
-        while total < limit:
-            b = os.read(fd, 65536)
-            if not b:
-                break
-            chunks.append(b)
-            total += len(b)
-        data = json.loads(b"".join(chunks))
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)
+    return value if isinstance(value, dict) else None

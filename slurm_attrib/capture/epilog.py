@@ -41,15 +41,16 @@ from slurm_attrib.capture.common import (
     log_syslog,
     read_ib_ports,
     read_json_nofollow,
-    read_ours_nofollow,
-    stranded_bundles,
+    read_nofollow,
     read_proc_gpus,
     spool_access,
+    stranded_bundles,
     valid_job_id,
     valid_node,
 )
 
 IDENT = "sattrib-epilog"
+MAX_FORWARDED = 8  # stranded bundles one epilog run forwards to the shared spool
 
 
 def node_name(env: dict) -> str:
@@ -334,7 +335,7 @@ class Epilog:
         for job_id, name, path in stranded_bundles(cfg.local_spool)[:MAX_FORWARDED]:
             if time.monotonic() >= self.write_deadline:
                 return
-            data = read_ours_nofollow(path, int(cfg.bundle_max_bytes) * 2)
+            data = read_nofollow(path, int(cfg.bundle_max_bytes) * 2, ours=True)
             if data is None:
                 continue
             written, reason = write_from_child(cfg.spool, [job_id, "nodes"], name, data, self.access, self.write_deadline)
@@ -422,9 +423,6 @@ def _json_pieces(value, encoder: json.JSONEncoder):
         yield "]"
     else:
         yield from encoder.iterencode(value)
-
-
-MAX_FORWARDED = 8  # stranded bundles one epilog run forwards to the shared spool
 
 
 def write_from_child(root: str, subdirs: list[str], name: str, data: bytes, access: SpoolAccess,

@@ -1,8 +1,8 @@
 """Run the relations' own tests (`tests:` in rules/relations/*.yaml): each test's lines, in a logs
 layout with its job.json, go through the whole analysis; the events the relation changed, as
 `rule@node`, must be exactly those expected (none: it must not fire).  A policy's tests
-(rules/policies/*.yaml) expect what the diagnosis says of what the policy decides.  Used by `sattrib rules test` and the test
-suite."""
+(rules/policies/*.yaml) expect what the diagnosis says of what the policy decides.  Used by
+`sattrib rules test` and the test suite."""
 
 from __future__ import annotations
 

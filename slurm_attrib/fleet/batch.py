@@ -209,7 +209,7 @@ def arrived_since(evidence: Path, analysed_at: float) -> bool:
     folder's files two levels deep) was written after the job was analysed."""
     seen = 0
     folders = [evidence]
-    for depth in range(2):
+    for _ in range(2):  # the folder, then its subfolders
         deeper = []
         for folder in folders:
             try:

@@ -60,16 +60,17 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from slurm_attrib import vocab
 from slurm_attrib.errors import RuleError
 from slurm_attrib.paths import bundled_dir
-from slurm_attrib.ruleset.cache import cached, code_digest
-from slurm_attrib import vocab
 from slurm_attrib.ruleset import relations
+from slurm_attrib.ruleset.cache import cached, code_digest
 from slurm_attrib.ruleset.relations import EventMatch, KnownCategory, Strict
 
 POLICIES_FOLDER = "policies"  # inside each rule folder
 POLICIES = ("systemic", "culprits", "quality", "drain", "outcome")  # one file each; the first four in this order, once a cause is chosen
 QUALITIES = ("confirmed", "likely", "ambiguous", "insufficient")
+Quality = Literal["confirmed", "likely", "ambiguous", "insufficient"]
 
 
 class When(Strict):
@@ -79,7 +80,7 @@ class When(Strict):
     culprits: bool | None = None
     job_started: bool | None = None
     job_state: list[str] = []  # Slurm's state is one of these
-    quality: list[Literal["confirmed", "likely", "ambiguous", "insufficient"]] = []  # the verdict's (drain)
+    quality: list[Quality] = []  # the verdict's (drain)
     job_state_not: list[str] = []
     job_nodes: int | None = Field(default=None, ge=0)
     text: str | None = None
@@ -112,13 +113,13 @@ class Outcome(Strict):
     """outcome: how a job no line names a cause for ended (its domain is the category's)."""
 
     category: KnownCategory
-    quality: Literal["confirmed", "likely", "ambiguous", "insufficient"]
+    quality: Quality
 
 
 class Row(Strict):
     name: str = ""
     when: When | None = None  # none: the row always holds
-    quality: Literal["confirmed", "likely", "ambiguous", "insufficient"] | None = None
+    quality: Quality | None = None
     outcome: Outcome | None = None  # outcome: what the row gives
     drain: bool | None = None  # drain: whether the culprits are drained
     by: str | None = None  # culprits: the finder (engine/culprits.py FINDERS)

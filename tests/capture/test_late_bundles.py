@@ -4,27 +4,14 @@ record)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import time
 
 from conftest import REPO
+from support import wait_for_diagnosis
 
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
-
-
-def _diagnosis(results, job: str, want=lambda d: True, timeout: float = 30.0) -> dict:
-    path = results / job / "diagnosis.json"
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if path.is_file():
-            d = json.loads(path.read_text())
-            if want(d):
-                return d
-        time.sleep(0.2)
-    raise AssertionError(f"no such diagnosis of job {job} after {timeout} s: {path.read_text() if path.is_file() else '(none)'}")
 
 
 def test_a_late_bundle_is_analysed_again(node, tmp_path):
@@ -40,12 +27,12 @@ def test_a_late_bundle_is_analysed_again(node, tmp_path):
     worker = subprocess.Popen([sys.executable, "-m", "slurm_attrib.worker", "4242"], env=env,
                               stderr=subprocess.PIPE, text=True)
     try:
-        first = _diagnosis(results, "4242")
+        first = wait_for_diagnosis(results, "4242")
         late = [c for c in first["coverage"] if c["node"] == "gpu02" and c["status"] == "missing"]
         assert late and first["domain"] != "gpu", first["summary"]
         assert worker.poll() is None  # still watching for gpu02
         assert node.run(extra_env={"SLURMD_NODENAME": "gpu02"})[0] == 0
-        second = _diagnosis(results, "4242", lambda d: d["domain"] == "gpu")
+        second = wait_for_diagnosis(results, "4242", lambda d: d["domain"] == "gpu")
         assert second["culprit_nodes"] == ["gpu02"], second["summary"]
         assert not [c for c in second["coverage"] if c["status"] == "missing" and c["source"].endswith(".json.gz")]
         assert worker.wait(timeout=20) == 0  # nothing left to wait for
@@ -66,7 +53,7 @@ def test_the_worker_stops_watching_after_late_bundle_wait(node, tmp_path):
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "no bundle from gpu02" in done.stderr and "again" not in done.stderr, done.stderr
-    d = _diagnosis(results, "4242")
+    d = wait_for_diagnosis(results, "4242")
     assert [c["node"] for c in d["coverage"] if c["status"] == "missing" and c["source"].endswith(".json.gz")] == ["gpu02"]
 
 
@@ -92,12 +79,12 @@ def test_a_bundle_stranded_in_the_local_spool_reaches_the_worker_through_the_nex
         node.config["spool"] = str(blocker)
         assert node.run(extra_env={"SLURMD_NODENAME": "gpu02"})[0] == 0
         assert node.bundle_path(local=True, node="gpu02").is_file()
-        first = _diagnosis(results, "4242")
+        first = wait_for_diagnosis(results, "4242")
         assert first["domain"] != "gpu" and any(c["node"] == "gpu02" and c["status"] == "missing" for c in first["coverage"])
 
         node.config["spool"] = shared
         assert node.run(extra_env={"SLURMD_NODENAME": "gpu02", "SLURM_JOB_ID": "4243"})[0] == 0
-        second = _diagnosis(results, "4242", lambda d: d["domain"] == "gpu")
+        second = wait_for_diagnosis(results, "4242", lambda d: d["domain"] == "gpu")
         assert second["culprit_nodes"] == ["gpu02"], second["summary"]
         assert not node.bundle_path(local=True, node="gpu02").exists()
         assert worker.wait(timeout=20) == 0

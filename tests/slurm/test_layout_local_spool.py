@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from slurmuser_site import readme_cluster_config, readme_site, site_on, wait_for_file
+from support import wait_for_diagnosis
 
 pytestmark = pytest.mark.slurm
 
@@ -43,18 +43,6 @@ def _read_only(folder: Path) -> None:
             pytest.skip(f"cannot make the shared spool read-only here: {done.stderr.strip()}")
 
 
-def _diagnosis(path: Path, want, seconds: float = 150) -> dict:
-    end = time.monotonic() + seconds
-    found = {}
-    while time.monotonic() < end:
-        if path.is_file():
-            found = json.loads(path.read_text())
-            if want(found):
-                return found
-        time.sleep(0.5)
-    raise AssertionError(f"{path}: {found.get('summary')} {found.get('coverage')}")
-
-
 def test_a_bundle_left_in_the_local_spool_reaches_its_analysis(site):
     cluster, d = site
     stranded = None
@@ -67,15 +55,14 @@ def test_a_bundle_left_in_the_local_spool_reaches_its_analysis(site):
         assert cluster.wait_job(job) == "FAILED"
         stranded = d / "local" / str(job) / "nodes" / "gpu01.json.gz"
         wait_for_file(stranded, 60)  # the Epilog wrote it to the local spool
-        first = _diagnosis(d / "results" / str(job) / "diagnosis.json", lambda found: True)
+        first = wait_for_diagnosis(d / "results", job, timeout=150)
         assert any(c["node"] == "gpu01" and c["status"] == "missing" for c in first["coverage"])
     finally:
         subprocess.run(["umount", str(d / "spool")], capture_output=True, timeout=30)
     after = cluster.sbatch("true\n", user=cluster.test_user, nodes=1, nodelist="gpu01")
     assert cluster.wait_job(after) == "COMPLETED"
-    second = _diagnosis(d / "results" / str(job) / "diagnosis.json",
-                        lambda found: any(c["source"] == "nodes/gpu01.json.gz/job_stdout" and c["status"] == "ok"
-                                          for c in found["coverage"]))
+    second = wait_for_diagnosis(d / "results", job, lambda found: any(
+        c["source"] == "nodes/gpu01.json.gz/job_stdout" and c["status"] == "ok" for c in found["coverage"]), timeout=150)
     assert second["category"] == "app_exception" and "ZeroDivisionError" in json.dumps(second["evidence"])
     capture = next(c for c in second["coverage"] if c["source"] == "nodes/gpu01.json.gz/capture")
     assert "Read-only file system" in capture["detail"] and "writing to local spool" in capture["detail"]
