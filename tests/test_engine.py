@@ -606,3 +606,20 @@ def test_a_busy_gpu_is_read_both_ways_and_the_owner_told_to_give_each_process_it
     assert diagnosis.drain == []
     user = [a.text for a in diagnosis.actions if a.who == "user"]
     assert user and user[0].startswith("Give each process its own GPU")
+
+
+def test_a_node_failure_reported_later_is_dated_when_its_node_went_silent():
+    """srun prints `Node failure on gpu04` once slurmctld gave up on the node (SlurmdTimeout); the
+    rule's `onset: node_last_seen` dates the failure by gpu04's last log line, recorded on the
+    real test cluster (slurmd of gpu04 killed mid-job)."""
+    from datetime import datetime, timezone
+
+    from slurm_attrib.engine.pipeline import judge_path
+
+    case = Path(__file__).parent / "data" / "termination" / "17-node-failure"
+    _, events = judge_path(case)
+    srun = next(e for e in events if e.rule_id == "slurm.srun_node_failure")
+    last_line_of_gpu04 = datetime(2026, 12, 5, 16, 59, 50, 316000, tzinfo=timezone.utc).timestamp()
+    assert srun.node == "gpu04"
+    assert srun.time == last_line_of_gpu04
+    assert "last seen" in srun.notes["time_from"]

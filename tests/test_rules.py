@@ -413,6 +413,8 @@ def test_code_tables_are_complete_and_valid():
         assert table["source"].startswith("https://") and table["versions"], family
         for number, entry in table["by_number"].items():
             assert entry["name"] and entry["why"], (family, number)
+            if family == "slurm_job_state":
+                assert entry["dated"] in ("job_end", "none"), number
             assert entry["role"] in ("cause", "symptom", "context"), (family, number)
             if entry["domain"] != "none":
                 assert entry["domain"] in CATEGORIES_BY_DOMAIN, (family, number)
@@ -467,6 +469,11 @@ def test_code_tables_are_complete_and_valid():
         ("signal", "SIGTERM", ("SIGTERM", "application", None, "symptom", 1)),
         ("signal", "Bus error", ("SIGBUS", "application", "app_killed_signal", "cause", 2)),
         ("signal", 9, ("SIGKILL", "application", "host_oom", "cause", 1)),  # no sender in the evidence: the OOM killer
+        # Slurm job states (the job's record): by name as sacct prints it, compact, enum number
+        ("slurm_job_state", "NODE_FAIL", ("NODE_FAIL", "host", "node_failure", "cause", 3)),
+        ("slurm_job_state", "OOM", ("OUT_OF_MEMORY", "application", "host_oom", "cause", 3)),
+        ("slurm_job_state", 10, ("DEADLINE", "scheduler", "time_limit", "cause", 3)),
+        ("slurm_job_state", "FAILED", ("FAILED", "none", None, "context", 1)),  # the lines say why
     ],
 )
 def test_code_decisions(family, value, expected):

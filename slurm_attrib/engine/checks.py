@@ -23,7 +23,7 @@ from typing import Any, Callable
 from slurm_attrib.engine.correlate import EXPLAIN_HORIZON, HANG_TYPES, INHERITED_SKEW, SKEW, explains
 from slurm_attrib.engine.events import Event, ranks_of
 from slurm_attrib.engine.jobwindow import BEFORE, INSIDE, WINDOW_SLACK_AFTER, WINDOW_SLACK_BEFORE, window_side
-from slurm_attrib.engine.reconcile import SCHEDULER_STATES, SIGTERM, exit_signal, job_state
+from slurm_attrib.engine.reconcile import SIGTERM, agreeing_states, exit_signal, job_state
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.vocab import DRAINABLE_DOMAINS
 
@@ -157,9 +157,9 @@ def not_in_own_kernel_log(event: Event, context: JudgeContext) -> str | None:
 def job_state_disagrees(event: Event, context: JudgeContext) -> str | None:
     """Slurm's own job state is authoritative over a scheduler cause read from a banner or notice:
     a 'CANCELLED' step banner in a FAILED job is teardown, unless the job's exit code says it
-    died of the SIGTERM such a banner announces (engine/reconcile.py SCHEDULER_STATES)."""
+    died of the SIGTERM such a banner announces (engine/reconcile.py agreeing_states)."""
     state = job_state(context.job)
-    agreeing = SCHEDULER_STATES.get(event.category or "")
+    agreeing = agreeing_states(event.category)
     if not state or agreeing is None or state in agreeing:
         return None
     if event.category == "cancelled" and state == "FAILED" and exit_signal(context.job) == SIGTERM:

@@ -21,8 +21,7 @@ def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_
           rule_dirs: tuple = ()) -> tuple[Diagnosis, list[Event]]:
     """The diagnosis, and the events as the judgement left them (roles, edges, decided_by)."""
     job = evidence.job
-    events = reconcile.one_lead_per_line(events) + reconcile.job_state_events(evidence)
-    reconcile.date_node_failures(events, last_seen)
+    events = events + reconcile.job_state_events(evidence)
     context = JudgeContext(job, events, kernel_logged=frozenset(
         f.node for f in evidence.files if f.provenance is Provenance.KERNEL and f.node), evidence=evidence)
     relate.suppress(events, context, rule_dirs)

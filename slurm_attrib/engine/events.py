@@ -79,6 +79,7 @@ class Event:
     ranks: dict[int, RankShare] | None = None  # a cascade's event (rule event.cascade): its ranks' lines
     decided_by: list[str] = field(default_factory=list)  # ids of the relations that changed it, in order
     chosen: bool = False  # the cause the ranking chose: what the link stratum's relations read
+    onset: str | None = None  # the rule's event.onset: how the failure the line reports is dated
 
     @property
     def body(self) -> str:
@@ -370,6 +371,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, first_line: str, o
         notes=dict(hit.notes),
         fallback=hit.rule.event.fallback,
         literals=hit.rule.match.contains,
+        onset=hit.rule.event.onset,
     )
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host
     event.rank = _rank_of(hit, origin)
@@ -468,6 +470,17 @@ def anchor_boot_clock(events: list[Event]) -> None:
         if event.time is None and event.mono is not None and event.node in boots:
             event.time = sane_time(boots[event.node] + event.mono)
             event.notes["time_from"] = "boot time from the same line in another log"
+
+
+def date_onsets(events: list[Event], last_seen: dict[str, float]) -> None:
+    """A line that reports its node's failure after the fact (rule event.onset `node_last_seen`)
+    dates the failure by the node's last stamped line, when that is earlier: Slurm notices a dead
+    node SlurmdTimeout late.  After resolve_nodes, which gives the line the node it names."""
+    for event in events:
+        silent_since = last_seen.get(event.node or "") if event.onset == "node_last_seen" else None
+        if silent_since is not None and (event.time is None or silent_since < event.time):
+            event.time = silent_since  # still inferred: no line of the node states the moment
+            event.notes["time_from"] = "when its node was last seen (the line reports its failure later)"
 
 
 def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str] | None = None) -> None:

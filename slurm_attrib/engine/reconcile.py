@@ -2,50 +2,53 @@
 
 from __future__ import annotations
 
+from functools import cache
 
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.jobwindow import PENDING_AGAIN
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.provenance import supports_verdict
-
-# Job states that are themselves the origin (Slurm decided, or Slurm saw the node die).
-STATE_CAUSES = {
-    "TIMEOUT": ("scheduler", "time_limit"),
-    "DEADLINE": ("scheduler", "time_limit"),
-    "PREEMPTED": ("scheduler", "preempted"),
-    "CANCELLED": ("scheduler", "cancelled"),
-    "NODE_FAIL": ("host", "node_failure"),
-    "BOOT_FAIL": ("host", "node_failure"),
-    "OUT_OF_MEMORY": ("application", "host_oom"),
-}
+from slurm_attrib.ruleset.hooks import code_tables, decode_code
 
 
-# Scheduler causes each job state agrees with; under any other known state they are step teardown.
-# A job requeued after its run was ended (preemption with requeue, scontrol requeue) is pending again.
-SCHEDULER_STATES = {
-    "time_limit": {"TIMEOUT", "DEADLINE"},
-    "preempted": {"PREEMPTED", *PENDING_AGAIN},
-    "cancelled": {"CANCELLED"},
-}
+def state_entry(state: str | None) -> dict | None:
+    """The job state's entry in rules/_codes.yaml (family slurm_job_state): what it means."""
+    return decode_code("slurm_job_state", state) if state else None
+
+
+SCHEDULER_CATEGORIES = ("time_limit", "preempted", "cancelled")
+
+
+@cache
+def agreeing_states(category: str | None) -> frozenset[str] | None:
+    """The job states a scheduler cause agrees with (None: not a scheduler cause); under any other
+    known state its banner is step teardown.  A job requeued after its run was ended (preemption
+    with requeue, scontrol requeue) is pending again."""
+    if category not in SCHEDULER_CATEGORIES:
+        return None
+    states = {e["name"] for e in code_tables()["slurm_job_state"]["by_number"].values() if e["category"] == category}
+    return frozenset(states | PENDING_AGAIN) if category == "preempted" else frozenset(states)
 
 
 def job_state_events(evidence: Evidence) -> list[Event]:
+    """The job's recorded state, when its entry says it is itself a cause (Slurm decided, or saw a
+    node die): one event, dated by the record's end unless the entry says it is no onset."""
     job = evidence.job
     state = job_state(job)
-    if state not in STATE_CAUSES:
+    entry = state_entry(state)
+    if entry is None or entry["role"] != "cause":
         return []
-    domain, category = STATE_CAUSES[state]
     source = job.source or "job.json"
     return [
         Event(
             rule_id="slurm.job_state",
             title=f"Slurm job state {state}",
             type="job_state",
-            domain=domain,
-            category=category,
+            domain=entry["domain"],
+            category=entry["category"],
             role="cause",
             severity="error",
-            strength=3,
+            strength=entry["strength"],
             source=source,
             line=_line_of(evidence, source, '"state"'),
             text=f"state: {job.state}",
@@ -54,8 +57,7 @@ def job_state_events(evidence: Evidence) -> list[Event]:
             trusted=supports_verdict(job.provenance, reads_kernel=False),
             kernel_side=False,
             order=(-1, 0),
-            # Slurm notices a dead node minutes after it died: its record's end is no onset.
-            time=None if category == "node_failure" else job.end,
+            time=job.end if entry["dated"] == "job_end" else None,
         )
     ]
 
@@ -69,16 +71,6 @@ def _line_of(evidence: Evidence, source: str, needle: str) -> int:
         if needle in line:
             return number
     return 1
-
-
-def date_node_failures(events: list[Event], last_seen: dict[str, float]) -> None:
-    """Slurm notices a dead node minutes late (SlurmdTimeout): the failure began when it went silent."""
-    for event in events:
-        silent_since = last_seen.get(event.node or "")
-        if event.category == "node_failure" and silent_since is not None:
-            if event.time is None or silent_since < event.time:
-                event.notes["reported_at"] = event.time
-                event.time = silent_since
 
 
 def job_state(job: JobContext) -> str | None:
@@ -108,17 +100,3 @@ def exit_signal(job: JobContext) -> int | None:
     if SHELL_SIGNAL_BASE < code_number <= SHELL_SIGNAL_BASE + MAX_SIGNAL:
         return code_number - SHELL_SIGNAL_BASE
     return SIGTERM if code_number == SIGTERM else None
-
-
-def one_lead_per_line(events: list[Event]) -> list[Event]:
-    """A line several fallback rules read is one lead: the strongest (a component's vocabulary
-    before a bare error word).  (A lead on a line a rule proper read was dropped by the scanner:
-    scanner._without_leads_on_a_read_line.)"""
-    best: dict[tuple[str, int], Event] = {}
-    for event in events:
-        if event.fallback and event.role == "cause":
-            kept = best.setdefault((event.source, event.line), event)
-            if event.strength > kept.strength:
-                best[(event.source, event.line)] = event
-    leads = {id(e) for e in best.values()}
-    return [e for e in events if not (e.fallback and e.role == "cause") or id(e) in leads]

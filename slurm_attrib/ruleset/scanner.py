@@ -315,7 +315,7 @@ class Scanner:
             hit = self._match_rule(compiled, text, line_bytes, lineno, start)
             if hit is not None:
                 hits.append(hit)
-        return _without_leads_on_a_read_line(hits)
+        return _one_reading_of_a_line(hits)
 
     def _rules_of(self, literal_ids: frozenset[int], kind: str) -> list[CompiledRule]:
         """The rules of these literals that read this kind of source, in rule id order."""
@@ -377,14 +377,21 @@ class Scanner:
         return hit
 
 
-def _without_leads_on_a_read_line(hits: list[Hit]) -> list[Hit]:
-    """A second look's lead (a fallback rule's cause) stands only on a line no rule proper gave a
-    meaning (a marker's only feeds the maps): decided here, line by line, because a collapsed or
-    cascade event keeps only its first line's number."""
-    if len(hits) > 1 and any(h.rule.event.fallback for h in hits) and any(
-            not h.rule.event.fallback and h.role != "marker" for h in hits):
+def _one_reading_of_a_line(hits: list[Hit]) -> list[Hit]:
+    """What a line means when several rules read it, decided here, line by line (a collapsed or
+    cascade event keeps only its first line's number): a second look's lead (a fallback rule's
+    cause) stands only on a line no rule proper gave a meaning (a marker's only feeds the maps),
+    and a line several fallback rules read is one lead, the strongest (a component's vocabulary
+    before a bare error word; the first in rule order among equals)."""
+    if len(hits) < 2 or not any(h.rule.event.fallback for h in hits):
+        return hits
+    if any(not h.rule.event.fallback and h.role != "marker" for h in hits):
         return [h for h in hits if not (h.rule.event.fallback and h.role == "cause")]
-    return hits
+    leads = [h for h in hits if h.rule.event.fallback and h.role == "cause"]
+    if len(leads) < 2:
+        return hits
+    kept = max(leads, key=lambda h: h.strength)  # the first of the strongest
+    return [h for h in hits if h is kept or not (h.rule.event.fallback and h.role == "cause")]
 
 
 def _holds_a_literal(data: bytes, begin: int, end: int, rule: Rule) -> bool:

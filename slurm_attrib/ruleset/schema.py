@@ -81,6 +81,7 @@ class EventModel(StrictModel):
     collapse: list[str] | None = None  # spec.EventSpec.collapse
     cascade: list[str] | None = None  # spec.EventSpec.cascade
     ends: bool = False  # spec.EventSpec.ends
+    onset: Literal["node_last_seen"] | None = None  # spec.EventSpec.onset
 
     @model_validator(mode="after")
     def _category_fits_domain(self) -> "EventModel":
@@ -98,6 +99,8 @@ class EventModel(StrictModel):
             raise ValueError("only a symptom or marker joins a cascade of ranks; a cause line is read on its own")
         if self.ends and (self.role != "marker" or self.collapse is not None or self.cascade is not None or self.fallback):
             raise ValueError("only a marker of the rules proper reads a file's ends (first and last lines); it does not collapse")
+        if self.onset is not None and self.role != "cause":
+            raise ValueError("only a cause has an onset of its own: it dates the failure the line reports")
         return self
 
 

@@ -34,6 +34,9 @@ One rule turns one log line (or a short block starting at that line) into an eve
                                       # ranks, a count and a last time
       ends: false                     # markers only: a file's first and last lines of the rule,
                                       # from its first and last window, not every line
+      onset: node_last_seen           # causes only: the line reports the failure of the node it
+                                      # names after the fact; the failure began when that node was
+                                      # last seen (its logs' last stamped line), when that is earlier
     references: [https://...]
     examples:
       match: [{line: '...', fields: {...}}]
@@ -120,6 +123,11 @@ class EventSpec:
     # and where it stopped, so only a file's first and last such lines are read, found by RE2 in
     # the file's first and last window (scanner.Scanner.ends), never line by line.  Markers only.
     ends: bool = False
+    # Slurm and MPI notice a dead node late (SlurmdTimeout, a daemon's keepalive): a line that names
+    # the failed node (`srun: error: Node failure on gpu04`) is printed minutes after the node went
+    # silent, and the ranking reads the earliest cause.  "node_last_seen": the event's time is its
+    # node's last stamped line when that is earlier (events.date_onsets).
+    onset: str | None = None
 
 
 @dataclass(frozen=True)
