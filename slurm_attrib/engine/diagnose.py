@@ -115,39 +115,39 @@ def _stall_before_the_end(events: list[Event], job: JobContext) -> list[str]:
 
 
 def _choose_primary(candidates: list[Event]) -> tuple[Event, list[Event]]:
-    """Earliest initiating event, specific before generic; unorderable independent ones are rivals."""
+    """The cause that ranks first by rank_key among the specific ones (strength 2 or 3, when there
+    are any); the independent faults that tie with it on the moment and strength are its rivals."""
     pool = [c for c in candidates if c.strength >= 2] or candidates
-    timed = sorted((c for c in pool if c.time is not None), key=lambda c: c.sort_key)
-    untimed = sorted((c for c in pool if c.time is None), key=lambda c: (-c.strength, c.order))
-    if timed:
-        first = timed[0]
-        ties = [c for c in timed if c.time - first.time <= tolerance(first, c)]
-        strongest = max(c.strength for c in ties)
-        ties = sorted((c for c in ties if c.strength == strongest), key=_tie_key)
-        if untimed and untimed[0].strength > strongest:
-            ties = sorted((c for c in untimed if c.strength == untimed[0].strength), key=_tie_key)
-    else:
-        ties = sorted((c for c in untimed if c.strength == untimed[0].strength), key=_tie_key)
-    primary = _most_specific_hardware(ties)
-    rivals = _independent_rivals(primary, [c for c in ties if c is not primary])
-    return primary, rivals
+    key = rank_key(pool)
+    primary = min(pool, key=key)
+    ties = [c for c in pool if c is not primary and key(c)[:3] == key(primary)[:3]]
+    return primary, _independent_rivals(primary, sorted(ties, key=key))
 
 
 # Among equally strong hardware candidates that timing cannot order, the more specific component
 # wins: a GPU that fell off the bus explains the PCIe errors its root port reports, not the reverse.
-HARDWARE_PRECEDENCE = {"gpu": 0, "network": 1, "host": 2}
+SPECIFICITY = {"gpu": 0, "network": 1, "host": 2}  # any other domain: after these
 
 
-def _tie_key(event: Event) -> tuple:
-    return (not event.trusted, event.sort_key)
+def rank_key(pool: list[Event]):
+    """The one sort key of the roots (the causes no relation explained), most telling first:
 
+    1. at the first moment: timed within clock skew (checks.tolerance) of the earliest timed
+       candidate, or untimed (a line with no time cannot be shown to be later);
+    2. the strongest (the rule's strength: specific before generic);
+    3. timed before untimed, at equal strength;
+    4. trusted before untrusted: what a user cannot have written first;
+    5. the most specific hardware (SPECIFICITY), then any other domain;
+    6. the earliest, then the first in line order (Event.sort_key)."""
+    timed = [c for c in pool if c.time is not None]
+    first = min(timed, key=lambda c: c.sort_key) if timed else None
 
-def _most_specific_hardware(ties: list[Event]) -> Event:
-    first = ties[0]
-    if first.domain not in HARDWARE_PRECEDENCE:
-        return first
-    hardware = [c for c in ties if c.domain in HARDWARE_PRECEDENCE and c.trusted == first.trusted]
-    return min(hardware, key=lambda c: (HARDWARE_PRECEDENCE[c.domain], c.sort_key))
+    def key(c: Event) -> tuple:
+        at_first_moment = c.time is None or c.time - first.time <= tolerance(first, c)
+        return (not at_first_moment, -c.strength, c.time is None, not c.trusted,
+                c.sort_key)
+
+    return key
 
 
 # Domains whose faults on two nodes are independent of each other (a GPU, a link, a host, a
