@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from slurm_attrib.engine import assemble, reconcile, relate
 from slurm_attrib.engine.checks import JudgeContext, stalled_progress, tolerance
 from slurm_attrib.engine.culprits import CulpritContext
@@ -124,12 +126,7 @@ def _choose_primary(candidates: list[Event]) -> tuple[Event, list[Event]]:
     return primary, _independent_rivals(primary, sorted(ties, key=key))
 
 
-# Among equally strong hardware candidates that timing cannot order, the more specific component
-# wins: a GPU that fell off the bus explains the PCIe errors its root port reports, not the reverse.
-SPECIFICITY = {"gpu": 0, "network": 1, "host": 2}  # any other domain: after these
-
-
-def rank_key(pool: list[Event]):
+def rank_key(pool: list[Event]) -> Callable[[Event], tuple]:
     """The one sort key of the roots (the causes no relation explained), most telling first:
 
     1. at the first moment: timed within clock skew (checks.tolerance) of the earliest timed
@@ -137,15 +134,15 @@ def rank_key(pool: list[Event]):
     2. the strongest (the rule's strength: specific before generic);
     3. timed before untimed, at equal strength;
     4. trusted before untrusted: what a user cannot have written first;
-    5. the most specific hardware (SPECIFICITY), then any other domain;
-    6. the earliest, then the first in line order (Event.sort_key)."""
+    5. the earliest, then the first in line order (Event.sort_key).
+    Which of two faults printed together is the other's symptom is no matter of order but of
+    knowledge: a relation says it (a GPU off the bus and its root port's surprise down)."""
     timed = [c for c in pool if c.time is not None]
     first = min(timed, key=lambda c: c.sort_key) if timed else None
 
     def key(c: Event) -> tuple:
         at_first_moment = c.time is None or c.time - first.time <= tolerance(first, c)
-        return (not at_first_moment, -c.strength, c.time is None, not c.trusted,
-                c.sort_key)
+        return (not at_first_moment, -c.strength, c.time is None, not c.trusted, c.sort_key)
 
     return key
 
