@@ -623,3 +623,31 @@ def test_a_node_failure_reported_later_is_dated_when_its_node_went_silent():
     assert srun.node == "gpu04"
     assert srun.time == last_line_of_gpu04
     assert "last seen" in srun.notes["time_from"]
+
+
+def _cause(name, time, strength=2, trusted=True, line=1):
+    from slurm_attrib.engine.events import Event
+    from slurm_attrib.provenance import Provenance
+
+    return Event(rule_id=name, title=name, type="t", domain="gpu", category="gpu_hardware_other", role="cause",
+                 severity="error", strength=strength, source="dmesg.txt", line=line, text=name, kind="kernel",
+                 provenance=Provenance.KERNEL, trusted=trusted, kernel_side=True, order=(0, line), time=time)
+
+
+def test_the_roots_rank_by_one_key_moment_strength_time_trust_then_order():
+    from slurm_attrib.engine.diagnose import _choose_primary, rank_key
+
+    first = _cause("first", 100.0, strength=2)
+    stronger_a_second_later = _cause("stronger", 101.0, strength=3)  # within clock skew: the same moment
+    much_later_and_strongest = _cause("late", 400.0, strength=3)
+    assert _choose_primary([first, much_later_and_strongest])[0] is first  # time before strength
+    assert _choose_primary([first, stronger_a_second_later])[0] is stronger_a_second_later
+    untimed_stronger = _cause("untimed", None, strength=3, line=9)
+    untimed_equal = _cause("untimed", None, strength=2, line=9)
+    assert _choose_primary([first, untimed_stronger])[0] is untimed_stronger  # cannot be shown later
+    assert _choose_primary([first, untimed_equal])[0] is first  # timed before untimed
+    claimed = _cause("claimed", 100.0, trusted=False)
+    recorded = _cause("recorded", 100.5, line=5)
+    assert _choose_primary([claimed, recorded])[0] is recorded  # trusted before untrusted
+    key = rank_key([first, much_later_and_strongest])
+    assert sorted([much_later_and_strongest, first], key=key) == [first, much_later_and_strongest]
