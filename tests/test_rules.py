@@ -516,15 +516,34 @@ def test_lib_status_hook_through_rules():
     assert (internal.category, internal.strength) == ("cuda_error", 1)
 
 
-def test_cuda_hooks_leave_unknown_values_alone():
-    from slurm_attrib.ruleset.hooks import refine_cuda_code, refine_lib_status, refine_nccl_result
+def test_decoding_leaves_unknown_values_alone():
+    from slurm_attrib.ruleset.hooks import decode_fields
+    from slurm_attrib.ruleset.spec import Decode
 
     hit = _one("[rank0]: RuntimeError: CUDA error: unspecified launch failure", "cuda.error_generic", "app")
+    decodes = [Decode(list(CUDA_FAMILIES), ["cuda_error", "msg"], "cuda_error"), Decode(["cublas", "cudnn"], ["msg"], "lib_status"),
+               Decode(["nccl_result"], ["msg"], "nccl_result")]
     for value in (None, "", "something no table knows", 3.5):
         hit.fields = {"cuda_error": value, "msg": value}
         before = (hit.domain, hit.category, hit.role, hit.strength)
-        for hook in (refine_cuda_code, refine_lib_status, refine_nccl_result):
-            assert (hook(hit).domain, hit.category, hit.role, hit.strength) == before
+        for decode in decodes:
+            assert (decode_fields(hit, decode).domain, hit.category, hit.role, hit.strength) == before
+
+
+def test_a_rule_decodes_only_fields_it_names_from_families_that_exist():
+    from pydantic import ValidationError
+
+    from slurm_attrib.ruleset.schema import RuleModel
+
+    rule = {"id": "x.y", "title": "t", "references": ["https://example.org"], "match": {"contains": ["Error:"], "regex": "Error: (?P<code>\\w+)"},
+            "event": {"type": "t", "domain": "application", "category": "cuda_error", "role": "cause",
+                      "decode": {"families": ["cuda_runtime"], "fields": ["code"], "note": "cuda_error"}},
+            "examples": {"match": [{"line": "Error: cudaErrorMemoryAllocation"}], "no_match": ["nothing"]}}
+    assert RuleModel.model_validate(rule).event.decode.families == ["cuda_runtime"]
+    for wrong in ({"families": ["no_such_family"], "fields": ["code"], "note": "x"},
+                  {"families": ["cuda_runtime"], "fields": ["not_a_group"], "note": "x"}):
+        with pytest.raises(ValidationError):
+            RuleModel.model_validate({**rule, "event": {**rule["event"], "decode": wrong}})
 
 
 def test_sxid_without_severity_word():

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from slurm_attrib.paths import bundled_dir
 from slurm_attrib.ruleset.cache import cached, code_digest
 from slurm_attrib.ruleset.loader import load_yaml_file
-from slurm_attrib.ruleset.spec import compiled
+from slurm_attrib.ruleset.spec import Decode, compiled
 from slurm_attrib.vocab import OTHER_READING
 
 
@@ -245,25 +245,18 @@ def refine_ib_async_event(hit: "Hit") -> "Hit":
     return hit
 
 
-def _refine_by_table(hit: "Hit", families: tuple[str, ...] | str, names: tuple[str, ...], note: str) -> "Hit":
-    """The first of the hit's fields `names` that the code tables `families` know decides the
+def decode_fields(hit: "Hit", decode: "Decode") -> "Hit":
+    """A rule's event.decode: the first of the hit's fields that the code tables know decides the
     domain (_apply_code); unknown values leave the rule as it is."""
-    for name in names:
+    for name in decode.fields:
         value = hit.fields.get(name)
-        entry = decode_code(families, value) if value not in (None, "") else None
+        entry = decode_code(tuple(decode.families), value) if value not in (None, "") else None
         if entry is not None:
-            return _apply_code(hit, entry, note)
+            return _apply_code(hit, entry, decode.note)
     return hit
 
 
 CUDA_FAMILIES = ("cuda_runtime", "cuda_driver")
-
-
-def refine_cuda_code(hit: "Hit") -> "Hit":
-    """A captured CUDA error (name, number or cudaGetErrorString message) decides the domain.
-
-    Reads `cuda_error`, then `cuda_code`, `msg`, `code`."""
-    return _refine_by_table(hit, CUDA_FAMILIES, ("cuda_error", "cuda_code", "msg", "code"), "cuda_error")
 
 
 def refine_hip_code(hit: "Hit") -> "Hit":
@@ -273,21 +266,6 @@ def refine_hip_code(hit: "Hit") -> "Hit":
     twin = {"OutOfMemory": "cudaErrorMemoryAllocation", "IllegalAddress": "cudaErrorIllegalAddress"}.get(name, f"cudaError{name}")
     entry = decode_code(CUDA_FAMILIES, twin)
     return _apply_code(hit, entry, "cuda_error") if entry is not None else hit
-
-
-def refine_nccl_result(hit: "Hit") -> "Hit":
-    """ncclResult_t by number, name (ncclSystemError) or ncclGetErrorString text."""
-    return _refine_by_table(hit, "nccl_result", ("nccl_result", "result", "msg"), "nccl_result")
-
-
-def refine_lib_status(hit: "Hit") -> "Hit":
-    """cuBLAS / cuDNN status names (CUBLAS_STATUS_ALLOC_FAILED -> gpu_oom ...)."""
-    return _refine_by_table(hit, ("cublas", "cudnn"), ("lib_status", "status", "msg"), "lib_status")
-
-
-def refine_lsf_term(hit: "Hit") -> "Hit":
-    """LSF's termination reason (TERM_MEMLIMIT -> host_oom, TERM_OWNER -> cancelled ...)."""
-    return _refine_by_table(hit, "lsf_term", ("reason",), "lsf_term")
 
 
 _SWITCH_STOPPED = compiled(r"SOE|Shutting Down")
@@ -458,10 +436,6 @@ HOOKS: dict[str, Callable[["Hit"], "Hit | None"]] = {
     "ib_async_event": refine_ib_async_event,
     "sxid": refine_sxid,
     "nccl_busid": refine_nccl_busid,
-    "cuda_code": refine_cuda_code,
-    "nccl_result": refine_nccl_result,
-    "lib_status": refine_lib_status,
-    "lsf_term": refine_lsf_term,
     "progress_done": progress_done,
 }
 

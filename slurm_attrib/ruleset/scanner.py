@@ -29,7 +29,7 @@ from typing import Any
 
 import re2
 
-from slurm_attrib.ruleset.hooks import HOOKS
+from slurm_attrib.ruleset.hooks import HOOKS, decode_fields
 from slurm_attrib.ruleset.spec import Rule, compiled
 
 try:  # optional accelerator, same results
@@ -372,6 +372,8 @@ class Scanner:
             severity=event.severity,
             strength=event.strength,
         )
+        if event.decode is not None:
+            hit = decode_fields(hit, event.decode)
         if event.hook:
             hit = HOOKS[event.hook](hit)
         return hit

@@ -66,6 +66,24 @@ class MatchModel(StrictModel):
         return group_names(self.capture, self.requires, self.regex)
 
 
+class DecodeModel(StrictModel):
+    """spec.Decode: a code table decides what the line means."""
+
+    families: list[str] = Field(min_length=1)
+    fields: list[str] = Field(min_length=1)
+    note: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, value: list[str]) -> list[str]:
+        from slurm_attrib.ruleset.hooks import code_tables
+
+        unknown = sorted(set(value) - set(code_tables()))
+        if unknown:
+            raise ValueError(f"unknown code famil(ies) {unknown} (rules/_codes.yaml: {', '.join(sorted(code_tables()))})")
+        return value
+
+
 class EventModel(StrictModel):
     type: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     domain: str
@@ -74,6 +92,7 @@ class EventModel(StrictModel):
     severity: Literal["info", "warning", "error", "critical"] = "error"
     strength: int = Field(default=2, ge=1, le=3)
     hook: str | None = None
+    decode: DecodeModel | None = None  # spec.EventSpec.decode
     # A second-look rule: generic wording (a component named next to a failure word) that is read
     # only when the rules proper found no origin at all; its cause is a lead (quality
     # `insufficient`), never drained.  A fallback marker (work going on) weighs the leads.
@@ -152,8 +171,9 @@ class RuleModel(StrictModel):
         missing = sorted(set(self.fields) - groups)
         if missing:
             raise ValueError(f"fields {missing} are not named groups of match.regex")
-        for key in ("collapse", "cascade"):
-            unknown = sorted(set(getattr(self.event, key) or []) - groups)
+        decoded = self.event.decode.fields if self.event.decode else []
+        for key, named in (("collapse", self.event.collapse), ("cascade", self.event.cascade), ("decode.fields", decoded)):
+            unknown = sorted(set(named or []) - groups)
             if unknown:
                 raise ValueError(f"event.{key} names {unknown}, which are not named groups of the rule's regexes")
         placed_by = sorted({"host", "node"} & groups - set(self.event.cascade or ["host", "node"]))

@@ -23,6 +23,10 @@ One rule turns one log line (or a short block starting at that line) into an eve
       severity: critical
       strength: 3                     # 1 generic .. 3 specific, for ranking causes
       hook: xid                       # optional Python refinement (ruleset/hooks.py)
+      decode:                         # optional: a code table decides what the line means
+        families: [cuda_runtime, cuda_driver]   # of rules/_codes.yaml
+        fields: [cuda_error, msg]     # read in this order: the first value a table knows decides
+        note: cuda_error              # notes cuda_error_name, _number, _message, _points_at
       fallback: false                 # true: read only on a second look, when no other rule found
                                       # the origin (a lead, quality insufficient, never drained)
       collapse: [pci]                 # context only: a file's hits that agree on these fields (and
@@ -97,6 +101,16 @@ class Match:
         return group_names(self.capture, self.requires, self.regex)
 
 
+@dataclass(frozen=True)
+class Decode:
+    """The code the line names (a CUDA error, a cuBLAS status, an LSF reason) decides its domain,
+    category, role and strength, as its entry in rules/_codes.yaml says (hooks.decode_fields);
+    a value no table knows leaves the rule's own reading."""
+    families: list[str]
+    fields: list[str]
+    note: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class EventSpec:
     type: str
@@ -106,6 +120,7 @@ class EventSpec:
     severity: str = "error"
     strength: int = 2
     hook: str | None = None
+    decode: Decode | None = None
     fallback: bool = False
     # Noise a node prints all day (corrected PCIe/DRAM errors, NIC command errors): the judgement
     # reads how many, when first and when last, not each line; building one event per line cost
@@ -163,6 +178,6 @@ class Rule:
         return cls(**{
             **data,
             "match": Match(**data["match"]),
-            "event": EventSpec(**data["event"]),
+            "event": EventSpec(**{**data["event"], "decode": data["event"].get("decode") and Decode(**data["event"]["decode"])}),
             "examples": Examples([MatchExample(**m) for m in examples["match"]], examples["no_match"]),
         })
