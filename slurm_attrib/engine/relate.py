@@ -390,6 +390,8 @@ def _set_cause(relation: Relation, cause: Event, effect: Event) -> None:
     change = relation.cause_set
     if change.role is not None:
         cause.role = change.role
+    if change.category is not None:
+        cause.domain, cause.category = DOMAIN_OF_CATEGORY[change.category], change.category
     if change.strength is not None:
         cause.strength = change.strength
     if change.strength_from == "effect":

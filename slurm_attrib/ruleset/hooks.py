@@ -219,7 +219,7 @@ def refine_ib_status(hit: "Hit") -> "Hit":
     secondary.  The status is read as a number, else by name or message (`msg`: UCX's words)."""
     status = hit.fields.get("status")
     entry = None
-    for name in ("status", "status_name", "msg"):
+    for name in ("status", "status_name", "msg", "old_msg"):
         entry = entry or decode_code("ibv_wc_status", hit.fields.get(name))
     if entry is None:
         if status is not None:

@@ -58,7 +58,8 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     note: wrapper                     # optional: a notes key the effect gets, with `says`
     cause_set: {role: cause, strength: 2, time_from: effect}
                                       # optional: what the cause of an edge that explains its
-                                      # effect becomes (a context line that says why: the origin);
+                                      # effect becomes (a context line that says why: the origin;
+                                      # `category:` with its domain, for a line whose rule names none);
                                       # time_from: an untimed cause takes the effect's time;
                                       # strength_from: effect (at least the effect's strength)
     copies: [what, jobid, step, at]   # optional: the edge also reaches every event of the effect's
@@ -178,6 +179,7 @@ class CauseSet(Strict):
     why is the origin, though its rule alone calls it context)."""
 
     role: Literal["cause"] | None = None
+    category: KnownCategory = None  # its domain comes with it (a line whose rule names none)
     strength: int | None = Field(default=None, ge=1, le=3)
     time_from: Literal["effect"] | None = None  # an untimed cause takes its effect's time (inherited)
     strength_from: Literal["effect"] | None = None  # the cause takes its effect's strength when higher
