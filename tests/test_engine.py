@@ -651,3 +651,31 @@ def test_the_roots_rank_by_one_key_moment_strength_time_trust_then_order():
     assert _choose_primary([claimed, recorded])[0] is recorded  # trusted before untrusted
     key = rank_key([first, much_later_and_strongest])
     assert sorted([much_later_and_strongest, first], key=key) == [first, much_later_and_strongest]
+
+
+def _corrected_errors(days_before_end: list[float]) -> dict[str, str]:
+    """gpu03's raw dmesg (seconds since boot) and its journal (wall clock) holding the same
+    corrected memory errors, each `days_before_end` days before the job's end."""
+    from datetime import datetime, timedelta, timezone
+
+    end = datetime(2026, 12, 2, 13, 30, tzinfo=timezone.utc)
+    boot = end - timedelta(days=20)
+    dmesg, journal = [], []
+    for index, days in enumerate(days_before_end):
+        moment = end - timedelta(days=days)
+        message = (f"EDAC MC0: 1 CE memory read error on CPU_SrcID#0_MC#0_Chan#1_DIMM#0 "
+                   f"(channel:1 slot:0 page:0x12{index} offset:0x0 grain:32 syndrome:0x0)")
+        dmesg.append(f"[{(moment - boot).total_seconds():12.6f}] {message}")
+        journal.append(f"{moment.strftime('%Y-%m-%dT%H:%M:%S')}+0000 gpu03 kernel: {message}")
+    return {"gpu03/dmesg.txt": "\n".join(dmesg) + "\n", "gpu03/journal.txt": "\n".join(journal) + "\n"}
+
+
+def test_raw_dmesg_is_placed_by_the_journals_copy_of_its_noise(tmp_path):
+    """Corrected memory errors of the ten days before a job, in gpu03's raw dmesg and (collapsed to
+    one event) its journal: the dmesg lines are placed on the wall clock through the journal's
+    first line, so they are outside the job's window and no DIMM is blamed; the same errors during
+    the job still are."""
+    old = analyze_path(write_job(tmp_path / "old", _corrected_errors([1.5 + day for day in range(10)]), nodes=["gpu03"]))
+    assert (old.domain, old.category) == ("unknown", "no_evidence")
+    during = analyze_path(write_job(tmp_path / "during", _corrected_errors([0.001 * (n + 1) for n in range(6)]), nodes=["gpu03"]))
+    assert (during.domain, during.category, during.culprit_nodes) == ("host", "host_hardware_other", ["gpu03"])

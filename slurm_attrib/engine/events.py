@@ -6,7 +6,7 @@ import copy
 import os
 import re
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -450,20 +450,26 @@ def anchor_boot_clock(events: list[Event]) -> None:
     The same kernel message often sits in dmesg (seconds since boot) and in syslog or the journal
     (wall clock); each such pair on one node gives that node's boot time.
     """
-    # A collapsed event (repeats > 1) stands for several lines of one body: no pair is unique.
+    # A pair is one line whose body the seconds-since-boot log holds once: a collapsed event there
+    # (repeats > 1) stands for several lines.  A collapsed event of the wall-clock log keeps its
+    # first line's text and time, which is one sample: the corrected-error noise of a node's
+    # journal pairs with the same lines of its raw dmesg (else their counts would all seem to fall
+    # inside the job's window).  The median of a node's pairs outvotes a line dmesg lost.
     unplaced = [e for e in events if e.time is None and e.mono is not None and not e.time_inherited and e.repeats == 1]
     if not unplaced:
         return  # most jobs: every node's boot time was known from its own logs
     wanted = {(e.node, e.rule_id) for e in unplaced}
+    copies = Counter((e.node, e.rule_id, e.body) for e in unplaced)
     walls: dict[tuple, list[float]] = defaultdict(list)
     for event in events:
         if (event.mono is None and event.time is not None and event.node and not event.time_inherited
                 and (event.node, event.rule_id) in wanted):
-            walls[(event.node, event.rule_id, event.body)].extend([event.time] * min(event.repeats, 2))
+            walls[(event.node, event.rule_id, event.body)].append(event.time)
     offsets: dict[str, list[float]] = defaultdict(list)
     for event in unplaced:
-        matches = walls.get((event.node, event.rule_id, event.body), [])
-        if len(matches) == 1:
+        key = (event.node, event.rule_id, event.body)
+        matches = walls.get(key, [])
+        if len(matches) == 1 and copies[key] == 1:
             offsets[event.node].append(matches[0] - event.mono)
     boots = {node: sorted(values)[len(values) // 2] for node, values in offsets.items()}
     for event in events:
