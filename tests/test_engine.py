@@ -679,3 +679,16 @@ def test_raw_dmesg_is_placed_by_the_journals_copy_of_its_noise(tmp_path):
     assert (old.domain, old.category) == ("unknown", "no_evidence")
     during = analyze_path(write_job(tmp_path / "during", _corrected_errors([0.001 * (n + 1) for n in range(6)]), nodes=["gpu03"]))
     assert (during.domain, during.category, during.culprit_nodes) == ("host", "host_hardware_other", ["gpu03"])
+
+
+def test_a_completed_job_whose_link_flapped_and_came_back_succeeded_and_drains_nothing(tmp_path):
+    root = write_job(tmp_path / "flap", {
+        "slurm-88.out": "[rank0]: step 100/100 loss 0.12\nTraining completed.\n",
+        "gpu01/journal.txt": "2026-12-02T13:10:00+0000 gpu01 kernel: mlx5_core 0000:17:00.0 ibp23s0: Link down\n"
+                             "2026-12-02T13:10:05+0000 gpu01 kernel: mlx5_core 0000:17:00.0 ibp23s0: Link up\n",
+    }, state="COMPLETED")
+    (root / "job.json").write_text((root / "job.json").read_text().replace('"1:0"', '"0:0"'))
+    flapped = analyze_path(root)
+    assert (flapped.domain, flapped.category, flapped.drain) == ("none", "success", [])
+    (root / "gpu01" / "journal.txt").write_text("2026-12-02T13:10:00+0000 gpu01 kernel: mlx5_core 0000:17:00.0 ibp23s0: Link down\n")
+    assert analyze_path(root).category == "link_down"  # a link that never came back still stands

@@ -82,24 +82,28 @@ def before_in_same_file(event: Event, context: JudgeContext, types: list[str]) -
 
 
 def recovered_before_failure(event: Event, context: JudgeContext, recoveries: list[str], connection: dict[str, str],
-                             grace: float) -> str | None:
-    """The node saw the outage end (an event of `recoveries`) and nothing outside storage failed
-    (a cause or symptom) from the loss until `grace` seconds after it ended.  A loss naming its
-    connection (the field `connection` gives for its type) ends at that connection's first
-    recovery on the node after it; a loss naming none at the node's last recovery."""
+                             grace: float, besides: dict[str, str] | None = None,
+                             says: str = "the filesystem came back before anything failed") -> str | None:
+    """The node saw the outage end (an event of `recoveries`) and nothing failed (a cause or
+    symptom, besides the outage's own kind: `besides`, an event attribute and its value, storage
+    by default) from the loss until `grace` seconds after it ended.  A loss naming its connection
+    (the field `connection` gives for its type) ends at that connection's first recovery on the
+    node after it; a loss naming none at the node's last recovery."""
     if event.node is None or event.time is None:
         return None
+    (own, value), = (besides or {"domain": "storage"}).items()
     by_connection = context.once(("recoveries", tuple(recoveries), tuple(sorted(connection.items()))),
                                  lambda: _recoveries(context.events, recoveries, connection))
-    failures = context.once(("failure_times",), lambda: sorted(
-        e.time for e in context.events if e.role in ("cause", "symptom") and e.time is not None and e.domain != "storage"))
+    failures = context.once(("failure_times", own, value), lambda: sorted(
+        e.time for e in context.events
+        if e.role in ("cause", "symptom") and e.time is not None and getattr(e, own) != value))
     ended = _recovered_at(by_connection, event.node, _connection(event, connection), event.time)
     if ended is None:
         return None
     index = bisect.bisect_left(failures, event.time)
     if index < len(failures) and failures[index] <= ended + grace:
         return None
-    return "the filesystem came back before anything failed"
+    return says
 
 
 def _connection(event: Event, connection: dict[str, str]) -> str | None:
