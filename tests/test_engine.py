@@ -690,5 +690,24 @@ def test_a_completed_job_whose_link_flapped_and_came_back_succeeded_and_drains_n
     (root / "job.json").write_text((root / "job.json").read_text().replace('"1:0"', '"0:0"'))
     flapped = analyze_path(root)
     assert (flapped.domain, flapped.category, flapped.drain) == ("none", "success", [])
+    (root / "job.json").write_text((root / "job.json").read_text().replace('"COMPLETED"', '"FAILED"'))
+    assert analyze_path(root).category == "no_evidence"  # Slurm says it failed: not of the link that came back
     (root / "gpu01" / "journal.txt").write_text("2026-12-02T13:10:00+0000 gpu01 kernel: mlx5_core 0000:17:00.0 ibp23s0: Link down\n")
-    assert analyze_path(root).category == "link_down"  # a link that never came back still stands
+    assert analyze_path(root).category == "link_down"  # in a FAILED job, a link that never came back still stands
+
+
+def test_a_completed_job_is_not_failed_by_what_its_nodes_logged_or_its_teardown(tmp_path):
+    """Slurm's COMPLETED is a positive end: a node's Xid of some process while it ran is
+    background, and an NCCL error printed after the program said it completed is teardown; the same
+    lines in a job Slurm recorded FAILED are read as usual."""
+    files = {
+        "slurm-88.out": "[rank0]: step 100/100 loss 0.12\nTraining completed.\n"
+                        "gpu02:2234:2240 [0] NCCL WARN Call to ibv_modify_qp failed with error Connection timed out, destroying communicator\n",
+        "gpu01/journal.txt": "2026-12-02T13:10:00+0000 gpu01 kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=4121, name=python, "
+                             "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address\n",
+    }
+    completed = write_job(tmp_path / "completed", files, state="COMPLETED")
+    (completed / "job.json").write_text((completed / "job.json").read_text().replace('"1:0"', '"0:0"'))
+    assert (analyze_path(completed).category, analyze_path(completed).drain) == ("success", [])
+    failed = analyze_path(write_job(tmp_path / "failed", files, state="FAILED"))
+    assert failed.category != "success"

@@ -432,6 +432,11 @@ def job_not_completed(context: JudgeContext) -> bool:
     return context.job.state != "COMPLETED"
 
 
+def job_completed(context: JudgeContext) -> bool:
+    """Slurm recorded the job COMPLETED: every step exited 0."""
+    return context.job.state == "COMPLETED"
+
+
 def no_collective_timeout(context: JudgeContext) -> bool:
     """No collective timed out: a task that exits after its collectives stalled was ended by the
     watchdog, and the hang is the story (judged without a cause)."""
@@ -465,6 +470,7 @@ def no_cause_but_the_scheduler(context: JudgeContext) -> bool:
 
 
 JOB_CHECKS: dict[str, Callable[[JudgeContext], bool]] = {"job_not_completed": job_not_completed,
+                                                         "job_completed": job_completed,
                                                          "no_cause_but_the_scheduler": no_cause_but_the_scheduler,
                                                          "no_collective_timeout": no_collective_timeout,
                                                          "no_completion_marker": no_completion_marker}

@@ -151,11 +151,12 @@ def _suppress_in_rounds(events: list[Event], context: JudgeContext, rounds: list
         context.memo.clear()  # what the checks computed over the events held for the last round
         decisions = []
         for relation in round_:
-            (name, parameters), = relation.check.items()
-            check = SUPPRESS_CHECKS[name]
+            if not all(JOB_CHECKS[name](context) for name in relation.only_if):
+                continue
+            (name, parameters), = relation.check.items() or [(None, {})]
             for event in candidates.of(relation.target):
                 if matches(relation.target, event):
-                    reason = check(event, context, **parameters)
+                    reason = SUPPRESS_CHECKS[name](event, context, **parameters) if name else relation.says
                     if reason is not None:
                         decisions.append((relation, event, reason))
         for relation, event, reason in decisions:

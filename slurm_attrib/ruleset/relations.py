@@ -31,7 +31,7 @@ kinds, after Alertmanager's inhibit rules and Sigma's correlation rules:
     same: [pci]                       # optional: fields all of a group share (one GPU of the node)
     distinct: pid                     # optional: count the group's distinct values of this field
     at_least: 5                       # lines, a collapsed event's repeats included (or distinct values)
-    only_if: [job_not_completed]      # checks on the job as a whole
+    only_if: [job_not_completed]      # checks on the job as a whole (aggregate and suppress)
     promote: {role: cause, category: host_hardware_other, strength: 1}
                                       # the category brings its domain; also `which:` (a matcher:
                                       # the group's first event it holds for is promoted) and
@@ -254,8 +254,10 @@ class Relation(Strict):
                 raise ValueError(f"a {self.kind} relation needs `{part}`")
         if len(self.check) > 1:
             raise ValueError("one named check per relation")
-        if self.kind == "suppress" and not self.check:
-            raise ValueError("a suppress relation needs a `check`")
+        if self.kind == "suppress" and not self.check and not (self.only_if and self.says):
+            raise ValueError("a suppress relation needs a `check`, or `only_if` and `says` (a fact of the whole job)")
+        if self.only_if and self.kind not in ("suppress", "aggregate"):
+            raise ValueError("only a suppress or aggregate relation reads `only_if`")
         if self.kind == "suppress" and (self.set.category is not None or self.set.role in ("cause", "marker")
                                         or self.set.which is not None or self.set.clear or self.set.keeps_reading):
             raise ValueError("a suppress relation only demotes: `set` takes role symptom or context, and strength")
