@@ -437,6 +437,12 @@ def job_completed(context: JudgeContext) -> bool:
     return context.job.state == "COMPLETED"
 
 
+def job_ran_to_its_end(context: JudgeContext) -> bool:
+    """A positive end: Slurm recorded the job COMPLETED, or, with no state recorded, the program
+    said it finished (progress done, its own exit line)."""
+    return job_completed(context) or (not context.job.state and not no_completion_marker(context))
+
+
 def no_collective_timeout(context: JudgeContext) -> bool:
     """No collective timed out: a task that exits after its collectives stalled was ended by the
     watchdog, and the hang is the story (judged without a cause)."""
@@ -471,6 +477,7 @@ def no_cause_but_the_scheduler(context: JudgeContext) -> bool:
 
 JOB_CHECKS: dict[str, Callable[[JudgeContext], bool]] = {"job_not_completed": job_not_completed,
                                                          "job_completed": job_completed,
+                                                         "job_ran_to_its_end": job_ran_to_its_end,
                                                          "no_cause_but_the_scheduler": no_cause_but_the_scheduler,
                                                          "no_collective_timeout": no_collective_timeout,
                                                          "no_completion_marker": no_completion_marker}
