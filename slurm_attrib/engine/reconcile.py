@@ -16,17 +16,16 @@ def state_entry(state: str | None) -> dict | None:
     return decode_code("slurm_job_state", state) if state else None
 
 
-SCHEDULER_CATEGORIES = ("time_limit", "preempted", "cancelled")
-
-
 @cache
 def agreeing_states(category: str | None) -> frozenset[str] | None:
-    """The job states a scheduler cause agrees with (None: not a scheduler cause); under any other
-    known state its banner is step teardown.  A job requeued after its run was ended (preemption
-    with requeue, scontrol requeue) is pending again."""
-    if category not in SCHEDULER_CATEGORIES:
+    """The job states a scheduler cause agrees with (None: not a scheduler cause): the states of
+    that category in the slurm_job_state table; under any other known state its banner is step
+    teardown.  A job requeued after its run was ended (preemption with requeue, scontrol requeue)
+    is pending again."""
+    entries = code_tables()["slurm_job_state"]["by_number"].values()
+    states = {e["name"] for e in entries if e["domain"] == "scheduler" and e["category"] == category}
+    if not states:
         return None
-    states = {e["name"] for e in code_tables()["slurm_job_state"]["by_number"].values() if e["category"] == category}
     return frozenset(states | PENDING_AGAIN) if category == "preempted" else frozenset(states)
 
 

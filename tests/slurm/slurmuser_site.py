@@ -112,3 +112,24 @@ def readme_cluster_config(d: Path) -> dict:
     """The slurm_cluster_config of a readme_site."""
     return {"prolog": d / "etc" / "sattrib-prolog", "epilog": d / "etc" / "sattrib-epilog",
             "epilog_ctld": d / "bin" / "sattrib-epilog-ctld", "extra_env": {"SATTRIB_SLURM_USER": "slurm"}}
+
+
+def readme_site_fixtures(prefix: str, **config):
+    """A test module's fixtures `slurm_cluster_config` and `site` on one readme_site made for it,
+    when the cluster is first configured (its hooks are the site's): assign both at module level."""
+    made: dict[str, Path] = {}
+
+    def workdir() -> Path:
+        if "dir" not in made:
+            made["dir"] = readme_site(prefix, **config)
+        return made["dir"]
+
+    @pytest.fixture(scope="module")
+    def slurm_cluster_config():
+        return readme_cluster_config(workdir())
+
+    @pytest.fixture(scope="module")
+    def site(slurm_cluster):
+        yield from site_on(slurm_cluster, workdir())
+
+    return slurm_cluster_config, site

@@ -11,28 +11,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from slurmuser_site import readme_cluster_config, readme_site, site_on, wait_for_file
+from slurmuser_site import readme_site_fixtures, wait_for_file
 from support import wait_for_diagnosis
 
 pytestmark = pytest.mark.slurm
 
-_STATE: dict = {}
-
-
-def _workdir() -> Path:
-    if "dir" not in _STATE:
-        _STATE["dir"] = readme_site("sattrib-local-spool-", late_bundle_wait=120)
-    return _STATE["dir"]
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster_config():
-    return readme_cluster_config(_workdir())
-
-
-@pytest.fixture(scope="module")
-def site(slurm_cluster):
-    yield from site_on(slurm_cluster, _workdir())
+slurm_cluster_config, site = readme_site_fixtures("sattrib-local-spool-", late_bundle_wait=120)
 
 
 def _read_only(folder: Path) -> None:

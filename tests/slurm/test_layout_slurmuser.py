@@ -21,29 +21,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from slurmuser_site import readme_cluster_config, readme_site, runnable_python, site_on, wait_for_file
+from slurmuser_site import readme_site_fixtures, runnable_python, wait_for_file
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
 OTHER_USER = "nobody"
-_STATE: dict = {}
-
-
-def _workdir() -> Path:
-    if "dir" not in _STATE:
-        _STATE["dir"] = readme_site("sattrib-slurmuser-")
-    return _STATE["dir"]
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster_config():
-    return readme_cluster_config(_workdir())
-
-
-@pytest.fixture(scope="module")
-def site(slurm_cluster):
-    yield from site_on(slurm_cluster, _workdir())
+slurm_cluster_config, site = readme_site_fixtures("sattrib-slurmuser-")
 
 
 def _as(user: str, cluster, d: Path, *argv: str) -> subprocess.CompletedProcess:
