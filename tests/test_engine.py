@@ -9,10 +9,10 @@ NODES = ["gpu01", "gpu02", "gpu03", "gpu04"]
 START, END = "2026-12-02T13:00:00Z", "2026-12-02T13:30:00Z"
 
 
-def write_job(root: Path, files: dict[str, str], state="FAILED", nodes=NODES) -> Path:
+def write_job(root: Path, files: dict[str, str], state="FAILED", nodes=NODES, exit_code="1:0") -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "job.json").write_text(
-        json.dumps({"job_id": "77", "state": state, "exit_code": "1:0", "start": START, "end": END, "nodes": nodes})
+        json.dumps({"job_id": "77", "state": state, "exit_code": exit_code, "start": START, "end": END, "nodes": nodes})
     )
     for rel, text in files.items():
         path = root / rel
@@ -686,11 +686,10 @@ def test_a_completed_job_whose_link_flapped_and_came_back_succeeded_and_drains_n
         "slurm-88.out": "[rank0]: step 100/100 loss 0.12\nTraining completed.\n",
         "gpu01/journal.txt": "2026-12-02T13:10:00+0000 gpu01 kernel: mlx5_core 0000:17:00.0 ibp23s0: Link down\n"
                              "2026-12-02T13:10:05+0000 gpu01 kernel: mlx5_core 0000:17:00.0 ibp23s0: Link up\n",
-    }, state="COMPLETED")
-    (root / "job.json").write_text((root / "job.json").read_text().replace('"1:0"', '"0:0"'))
+    }, state="COMPLETED", exit_code="0:0")
     flapped = analyze_path(root)
     assert (flapped.domain, flapped.category, flapped.drain) == ("none", "success", [])
-    (root / "job.json").write_text((root / "job.json").read_text().replace('"COMPLETED"', '"FAILED"'))
+    write_job(root, {}, state="FAILED", exit_code="0:0")
     assert analyze_path(root).category == "no_evidence"  # Slurm says it failed: not of the link that came back
     (root / "gpu01" / "journal.txt").write_text("2026-12-02T13:10:00+0000 gpu01 kernel: mlx5_core 0000:17:00.0 ibp23s0: Link down\n")
     assert analyze_path(root).category == "link_down"  # in a FAILED job, a link that never came back still stands
@@ -706,8 +705,7 @@ def test_a_completed_job_is_not_failed_by_what_its_nodes_logged_or_its_teardown(
         "gpu01/journal.txt": "2026-12-02T13:10:00+0000 gpu01 kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=4121, name=python, "
                              "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address\n",
     }
-    completed = write_job(tmp_path / "completed", files, state="COMPLETED")
-    (completed / "job.json").write_text((completed / "job.json").read_text().replace('"1:0"', '"0:0"'))
+    completed = write_job(tmp_path / "completed", files, state="COMPLETED", exit_code="0:0")
     assert (analyze_path(completed).category, analyze_path(completed).drain) == ("success", [])
     failed = analyze_path(write_job(tmp_path / "failed", files, state="FAILED"))
     assert failed.category != "success"

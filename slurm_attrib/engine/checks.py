@@ -427,14 +427,14 @@ AGGREGATE_CHECKS: dict[str, Callable[..., tuple[list[Event], dict] | None]] = {"
 
 # -- the job as a whole ----------------------------------------------------------------------------
 
-def job_not_completed(context: JudgeContext) -> bool:
-    """Slurm did not record the job COMPLETED."""
-    return context.job.state != "COMPLETED"
-
-
 def job_completed(context: JudgeContext) -> bool:
     """Slurm recorded the job COMPLETED: every step exited 0."""
     return context.job.state == "COMPLETED"
+
+
+def job_not_completed(context: JudgeContext) -> bool:
+    """Slurm did not record the job COMPLETED."""
+    return not job_completed(context)
 
 
 def job_ran_to_its_end(context: JudgeContext) -> bool:

@@ -385,15 +385,15 @@ def _one_reading_of_a_line(hits: list[Hit]) -> list[Hit]:
     cause) stands only on a line no rule proper gave a meaning (a marker's only feeds the maps),
     and a line several fallback rules read is one lead, the strongest (a component's vocabulary
     before a bare error word; the first in rule order among equals)."""
-    if len(hits) < 2 or not any(h.rule.event.fallback for h in hits):
+    leads = [h for h in hits if h.rule.event.fallback and h.role == "cause"]
+    if not leads or len(hits) < 2:
         return hits
     if any(not h.rule.event.fallback and h.role != "marker" for h in hits):
-        return [h for h in hits if not (h.rule.event.fallback and h.role == "cause")]
-    leads = [h for h in hits if h.rule.event.fallback and h.role == "cause"]
-    if len(leads) < 2:
-        return hits
-    kept = max(leads, key=lambda h: h.strength)  # the first of the strongest
-    return [h for h in hits if h is kept or not (h.rule.event.fallback and h.role == "cause")]
+        kept = None
+    else:
+        kept = max(leads, key=lambda h: h.strength)  # the first of the strongest
+    dropped = {id(h) for h in leads if h is not kept}
+    return [h for h in hits if id(h) not in dropped]
 
 
 def _holds_a_literal(data: bytes, begin: int, end: int, rule: Rule) -> bool:
