@@ -10,12 +10,12 @@ recommendation; fabric patterns; pending drains.
 from __future__ import annotations
 
 import csv
-import gc
 import io
 import json
 import time
 from collections import Counter, defaultdict
 
+from slurm_attrib.collection import no_cycle_collection
 from slurm_attrib.fleet.offenders import Offender
 from slurm_attrib.store import RECOMMENDED, Row
 from slurm_attrib.store.index import HARDWARE_DOMAINS, job_time
@@ -46,9 +46,7 @@ def fleet_report(store, config, now: float, since_days: float) -> dict:
     objects and no cycles, and collection passes would cost a third of its time."""
     from slurm_attrib.fleet.history import cause_lines, fleet_view
 
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with no_cycle_collection():
         view = fleet_view(store, config, now, since_days)
         jobs = list(dict.fromkeys(j for o in view.offenders for j in o.jobs))[:MAX_CAUSE_LINES]
         return build_report(
@@ -56,9 +54,6 @@ def fleet_report(store, config, now: float, since_days: float) -> dict:
             gpus_per_node=int(config.gpus_per_node), offenders=view.offenders, patterns=view.patterns,
             fleet_drains=view.drains, cause_lines=cause_lines(store, jobs),
         )
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def build_report(counts: list[dict], rows: list[Row], *, now: float, since_days: float, window_days: float,

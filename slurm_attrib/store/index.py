@@ -10,7 +10,6 @@ hosts at once); both give back the same `Row` for the same `put`.
 from __future__ import annotations
 
 import functools
-import gc
 import json
 
 import os
@@ -19,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from slurm_attrib.collection import no_cycle_collection
 from slurm_attrib.errors import SattribError
 
 
@@ -185,9 +185,7 @@ def rows_of_tuples(tuples: list[tuple]) -> list[Row]:
     path for a fleet report's many rows (each JSON column of all rows is decoded in one call)."""
     if not tuples:
         return []
-    collecting = gc.isenabled()
-    gc.disable()  # hundreds of thousands of new lists and dicts, none in a cycle: no collection passes
-    try:
+    with no_cycle_collection():  # hundreds of thousands of new lists and dicts, none in a cycle
         columns = [list(c) for c in zip(*tuples)]
         for index in JSON_INDEXES:
             columns[index] = json.loads("[" + ",".join(text or "[]" for text in columns[index]) + "]")
@@ -196,9 +194,6 @@ def rows_of_tuples(tuples: list[tuple]) -> list[Row]:
         for index, default in DEFAULT_INDEXES:
             columns[index] = [default if v is None else v for v in columns[index]]
         return [Row(*values) for values in zip(*columns)]
-    finally:
-        if collecting:
-            gc.enable()
 
 
 JSON_INDEXES = tuple(COLUMNS.index(c) for c in JSON_COLUMNS)
