@@ -250,3 +250,40 @@ def test_every_nvidia_smi_marker_holds_one_of_the_parts_checked_first():
         literal = re.sub(r"\\(.)", r"\1", alternative)
         assert any(part in literal for part in _SMI_MARKER_PARTS), alternative
         assert _may_be_smi_marker(literal), alternative
+
+
+def _mixed_journal(daemon_share: float, lines: int = 1000) -> bytes:
+    """A journal whose lines are the kernel's and daemons' in this proportion, spread evenly."""
+    out, daemons = [], 0
+    for i in range(lines):
+        second = f"2026-12-02T15:{i // 60 % 60:02d}:{i % 60:02d}+0000 node001"
+        if daemons < daemon_share * (i + 1):
+            daemons += 1
+            out.append(f"{second} systemd[1]: session-{i}.scope: Deactivated successfully.")
+        else:
+            out.append(f"{second} kernel: pcieport 0000:37:01.0: AER: Corrected error received: 0000:37:01.0")
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize("share, name, kind", [
+    (0.5, "journal.txt", "syslog"), (0.65, "kern.log", "syslog"), (0.3, "kern.log", "kernel"),
+    (0.3, "journal.txt", "syslog"), (0.02, "journal.txt", "kernel"), (0.7, "kern.log", "syslog"),
+])
+def test_a_mixed_journal_is_decided_from_a_few_dozen_lines(monkeypatch, share, name, kind):
+    from slurm_attrib.ingest import kinds
+
+    classified = []
+    classify = kinds._classify
+    monkeypatch.setattr(kinds, "_classify", lambda line: classified.append(line) or classify(line))
+    assert detect_kind(_mixed_journal(share), name) == kind
+    assert len(classified) <= 2 * kinds.DECIDED_AFTER  # the head's and the tail's first checkpoint
+
+
+def test_a_share_near_the_bound_reads_the_whole_sample(monkeypatch):
+    from slurm_attrib.ingest import kinds
+
+    classified = []
+    classify = kinds._classify
+    monkeypatch.setattr(kinds, "_classify", lambda line: classified.append(line) or classify(line))
+    assert detect_kind(_mixed_journal(0.45), "kern.log") == "kernel"
+    assert len(classified) == kinds.HEAD_LINES + kinds.TAIL_LINES

@@ -10,7 +10,8 @@ Kinds (vocab.SOURCE_KINDS except 'job'):
   sysfs       `path: value` / `name: value` counter and state dumps (`grep -H . /sys/...`), ibstat
   app         everything else: the job's own output
 
-The first ~200 and last ~50 lines are sampled.  Each sampled line is classified; blank lines,
+The first ~200 and last ~50 lines are sampled (each part stops early once its lines decide the kind:
+_settled).  Each sampled line is classified; blank lines,
 indented continuation lines, `...` and shell prompt lines (`root@node1:~# dmesg -T`) are neutral,
 though a prompt's command (`dmesg`, `nvidia-smi`, `journalctl -k`) is itself a hint.
 """
@@ -188,10 +189,31 @@ def _classify(line: str) -> tuple[str | None, str | None]:
     return "app", None
 
 
+def _settled(counts: dict[str, int], hint: str | None) -> bool:
+    """Whether the lines classified so far already decide the kind: one class holds DECIDED_SHARE
+    of them, or system lines do and the share of daemons' lines among them is DAEMONS_MARGIN
+    away from the bound the decision turns on (0.1, or with a kernel hint 0.5; detect_kind): a
+    journal mixes kernel and daemon lines, and without this its whole sample was read."""
+    total = sum(counts.values())
+    if max(counts.values()) >= DECIDED_SHARE * total:
+        return True
+    system = counts["kernel"] + counts["syslog"]
+    if system < DECIDED_SHARE * total:
+        return False
+    bound = DAEMONS_SYSLOG if hint == "kernel" else DAEMONS_KERNEL
+    return abs(counts["syslog"] / system - bound) >= DAEMONS_MARGIN
+
+
+DAEMONS_KERNEL = 0.1  # system lines with at most this share of daemons' lines: a kernel log
+DAEMONS_SYSLOG = 0.5  # at least this share: a syslog; between: as the name or a prompt hints
+DAEMONS_MARGIN = 0.1
+
+
 def detect_kind(data: bytes, name: str) -> str:
     """One of 'kernel', 'syslog', 'app', 'nvidia_smi', 'sysfs', recognised from content."""
     counts = dict.fromkeys(("kernel", "syslog", "smi", "smi_weak", "sysfs_strong", "sysfs_num", "sysfs", "app"), 0)
     hints: list[str] = []
+    by_name = name_hint(name)
     for part in _sample(data):
         classified = 0
         for raw in part:
@@ -202,7 +224,7 @@ def detect_kind(data: bytes, name: str) -> str:
                 continue
             counts[cls] += 1
             classified += 1
-            if classified % DECIDED_AFTER == 0 and max(counts.values()) >= DECIDED_SHARE * sum(counts.values()):
+            if classified % DECIDED_AFTER == 0 and _settled(counts, hints[-1] if hints else by_name):
                 break
     kernel, syslog, app = counts["kernel"], counts["syslog"], counts["app"]
     smi_strong = counts["smi"]
@@ -215,7 +237,6 @@ def detect_kind(data: bytes, name: str) -> str:
         smi = 0
         app += counts["smi_weak"]
 
-    by_name = name_hint(name)
     hint = hints[-1] if hints else by_name
     total = kernel + syslog + smi + sysfs + app
     if total == 0:
@@ -227,9 +248,9 @@ def detect_kind(data: bytes, name: str) -> str:
     system = kernel + syslog
     if share(system) >= 0.5 or (share(system) >= 0.3 and hint in ("kernel", "syslog")):
         daemons = syslog / system
-        if daemons <= 0.1:
+        if daemons <= DAEMONS_KERNEL:
             return "kernel"
-        if daemons >= 0.5:
+        if daemons >= DAEMONS_SYSLOG:
             return "syslog"
         return "kernel" if hint == "kernel" else "syslog"
     if smi_strong and (share(smi) >= 0.5 or (share(smi) >= 0.3 and hint == "nvidia_smi")):
