@@ -266,3 +266,15 @@ def test_the_look_ahead_finds_what_reading_line_by_line_finds(monkeypatch, near)
         offset, max_lines = chance.randint(0, len(data)), chance.choice([1, 3, 30])
         found, stopped = time_after(data, offset, 2026, max_lines)
         assert (found.wall, found.mono, stopped) == _time_after_line_by_line(data, offset, 2026, max_lines)
+
+
+def test_a_small_file_is_sampled_whole_for_its_years():
+    """A file of at most two samples is read once, whole: a stamp across the point where the
+    head sample ended and the tail sample began still gives its year."""
+    sample = timestamps._YEAR_SAMPLE
+    line = b"2025-01-02T03:04:05 host kernel: x\n"
+    data = b"a" * (sample - 10) + b"\n" + line
+    data += b"b" * (2 * sample - len(data) - 1) + b"\n"
+    assert len(data) == 2 * sample
+    assert timestamps.sample_years(data) == [2025]
+    assert timestamps.sample_years(b"c" * 3 * sample + line) == [2025]  # a large file: its tail

@@ -353,7 +353,8 @@ _YEAR_SAMPLE = 65536
 def sample_years(data: bytes) -> list[int]:
     """The distinct years that full-date timestamps in the head and tail of data carry."""
     found: set[bytes] = set()
-    for sample in (data[:_YEAR_SAMPLE], data[-_YEAR_SAMPLE:]):
+    samples = (data,) if len(data) <= 2 * _YEAR_SAMPLE else (data[:_YEAR_SAMPLE], data[-_YEAR_SAMPLE:])
+    for sample in samples:  # a small file whole, once
         found.update(_ISO_YEAR.findall(sample), _CTIME_YEAR.findall(sample))
     return sorted(int(year) for year in found)
 
