@@ -277,4 +277,4 @@ def test_a_small_file_is_sampled_whole_for_its_years():
     data += b"b" * (2 * sample - len(data) - 1) + b"\n"
     assert len(data) == 2 * sample
     assert timestamps.sample_years(data) == [2025]
-    assert timestamps.sample_years(b"c" * 3 * sample + line) == [2025]  # a large file: its tail
+    assert timestamps.sample_years(b"c" * 3 * sample + b"\n" + line) == [2025]  # a large file: its tail
