@@ -10,10 +10,10 @@ Kinds (vocab.SOURCE_KINDS except 'job'):
   sysfs       `path: value` / `name: value` counter and state dumps (`grep -H . /sys/...`), ibstat
   app         everything else: the job's own output
 
-The first ~200 and last ~50 lines are sampled (each part stops early once its lines decide the kind:
-_settled).  Each sampled line is classified; blank lines,
-indented continuation lines, `...` and shell prompt lines (`root@node1:~# dmesg -T`) are neutral,
-though a prompt's command (`dmesg`, `nvidia-smi`, `journalctl -k`) is itself a hint.
+The first ~200 and last ~50 lines are sampled; each part stops early once its lines decide the
+kind (_settled).  Each sampled line is classified; blank lines, indented continuation lines, `...`
+and shell prompt lines (`root@node1:~# dmesg -T`) are neutral, though a prompt's command (`dmesg`,
+`nvidia-smi`, `journalctl -k`) is itself a hint.
 """
 
 from __future__ import annotations
