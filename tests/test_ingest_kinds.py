@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_attrib.ingest import kinds
 from slurm_attrib.ingest.kinds import detect_kind, name_hint
 
 CORPUS = Path(__file__).resolve().parent / "data" / "dev_corpus"
@@ -265,25 +266,24 @@ def _mixed_journal(daemon_share: float, lines: int = 1000) -> bytes:
     return ("\n".join(out) + "\n").encode()
 
 
+@pytest.fixture
+def classified(monkeypatch) -> list[str]:
+    """The lines detect_kind classifies, in order."""
+    seen: list[str] = []
+    classify = kinds._classify
+    monkeypatch.setattr(kinds, "_classify", lambda line: seen.append(line) or classify(line))
+    return seen
+
+
 @pytest.mark.parametrize("share, name, kind", [
     (0.5, "journal.txt", "syslog"), (0.65, "kern.log", "syslog"), (0.3, "kern.log", "kernel"),
     (0.3, "journal.txt", "syslog"), (0.02, "journal.txt", "kernel"), (0.7, "kern.log", "syslog"),
 ])
-def test_a_mixed_journal_is_decided_from_a_few_dozen_lines(monkeypatch, share, name, kind):
-    from slurm_attrib.ingest import kinds
-
-    classified = []
-    classify = kinds._classify
-    monkeypatch.setattr(kinds, "_classify", lambda line: classified.append(line) or classify(line))
+def test_a_mixed_journal_is_decided_from_a_few_dozen_lines(classified, share, name, kind):
     assert detect_kind(_mixed_journal(share), name) == kind
     assert len(classified) <= 2 * kinds.DECIDED_AFTER  # the head's and the tail's first checkpoint
 
 
-def test_a_share_near_the_bound_reads_the_whole_sample(monkeypatch):
-    from slurm_attrib.ingest import kinds
-
-    classified = []
-    classify = kinds._classify
-    monkeypatch.setattr(kinds, "_classify", lambda line: classified.append(line) or classify(line))
+def test_a_share_near_the_bound_reads_the_whole_sample(classified):
     assert detect_kind(_mixed_journal(0.45), "kern.log") == "kernel"
     assert len(classified) == kinds.HEAD_LINES + kinds.TAIL_LINES

@@ -142,6 +142,10 @@ def _sample(data: bytes) -> tuple[list[bytes], list[bytes]]:
 # DECIDED_SHARE of them (keeps 10,000-file directories fast).
 DECIDED_AFTER = 40
 DECIDED_SHARE = 0.9
+# detect_kind's bounds for system lines (kernel and daemons' lines together)
+DAEMONS_KERNEL = 0.1  # system lines with at most this share of daemons' lines: a kernel log
+DAEMONS_SYSLOG = 0.5  # at least this share: a syslog; between: as the name or a prompt hints
+DAEMONS_MARGIN = 0.1
 
 
 _KERNEL_FIRST = frozenset("[<0123456789kumdalnscf")
@@ -202,11 +206,6 @@ def _settled(counts: dict[str, int], hint: str | None) -> bool:
         return False
     bound = DAEMONS_SYSLOG if hint == "kernel" else DAEMONS_KERNEL
     return abs(counts["syslog"] / system - bound) >= DAEMONS_MARGIN
-
-
-DAEMONS_KERNEL = 0.1  # system lines with at most this share of daemons' lines: a kernel log
-DAEMONS_SYSLOG = 0.5  # at least this share: a syslog; between: as the name or a prompt hints
-DAEMONS_MARGIN = 0.1
 
 
 def detect_kind(data: bytes, name: str) -> str:
