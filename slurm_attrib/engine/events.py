@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import heapq
 import os
 import re
 import threading
@@ -25,10 +26,10 @@ from slurm_attrib.ingest.timestamps import (
     time_before,
     evidence_year,
 )
-from slurm_attrib.ingest.readers import Window
 from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
 from slurm_attrib.provenance import Provenance, supports_verdict
 from slurm_attrib.ruleset.scanner import Hit, Scanner
+from slurm_attrib.engine.counting import COUNT_FROM_BYTES, COUNTED_KINDS, Count, NoiseCounter, arrow_available, member_offsets
 from slurm_attrib.timebounds import sane_time
 
 
@@ -150,7 +151,7 @@ class _FileScan:
 
 
 def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | None, want_boots: bool,
-               job: JobContext) -> _FileScan:
+               job: JobContext, counter: NoiseCounter | None = None) -> _FileScan:
     clock = FileClock(source, year)
     scan = _FileScan([], [], {}, NO_TIME)
     collapsed: dict[tuple, Event] = {}
@@ -158,38 +159,46 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
     for window in source.windows():
         clock.enter(window.data, window.offset)
         ends = ("both" if window.last else "first") if first_window else ("last" if window.last else "none")
-        hits = scanner.scan(window.data, source.kind, window.begin, window.end, line, ends)
+        counts, candidates = ([], None) if counter is None else counter.split(
+            window.data, source.kind, window.begin, window.end, line)
+        hits = scanner.scan(window.data, source.kind, window.begin, window.end, line, ends, candidates)
+        counted, unsure = _checked_counts(counts, window.data, source.kind, scanner, clock, job)
+        if unsure:
+            hits = sorted(hits + unsure, key=_offset_of)  # stable: a line's hits keep their order
         first_window = False
-        last_stamps: dict[int, tuple[Event, LineTime]] = {}  # by id(event): events compare by value
+        last_stamps: dict[int, tuple[int, Event, LineTime]] = {}  # by id(event): events compare by value
         read_at = -1  # the offset of the line read last: the hits on one line share its time and origin
-        for hit in hits:
-            if hit.offset != read_at:
-                read_at, first_line = hit.offset, hit.text.split("\n", 1)[0]
-                stamp, inherited = clock.stamp_of(first_line, hit.offset)
-                origin = line_origin(first_line)
-            key = None
+        for item in heapq.merge(hits, counted, key=_offset_of) if counted else hits:
+            if item.__class__ is _Counted:
+                hit, first_line, stamp, origin, inherited, read_at = item.hit, item.text, item.stamp, item.origin, False, -1
+            else:
+                hit = item
+                if hit.offset != read_at:
+                    read_at, first_line = hit.offset, hit.text.split("\n", 1)[0]
+                    stamp, inherited = clock.stamp_of(first_line, hit.offset)
+                    origin = line_origin(first_line)
+            key = _event_key(hit, origin, stamp, inherited, job)
             spec = hit.rule.event
-            if spec.collapse is not None:
-                key = None if inherited else _collapse_key(hit, origin, stamp, job)
-            elif spec.cascade is not None:
-                key = _cascade_key(hit, origin, stamp, job)
             if key in collapsed:
-                joined = collapsed[key]
-                joined.repeats += 1
-                last_stamps[id(joined)] = (joined, stamp)
+                event = collapsed[key]
+                event.repeats += 1
+                _note_last(last_stamps, event, hit.offset, stamp)
                 if spec.cascade is not None:
-                    _join_cascade(joined, hit, origin, source, stamp)
-                continue
-            event = _event_from_hit(hit, source, index, first_line, origin, inherited)
-            scan.events.append(event)
-            scan.raw.append((stamp, hit.fields.get("at")))
-            if key is not None:
-                collapsed[key] = event
-                if spec.cascade is not None:
-                    event.ranks = {}
                     _join_cascade(event, hit, origin, source, stamp)
-        scan.last_stamps.extend(last_stamps.values())
-        line = _line_after(window, hits, line)
+            else:
+                event = _event_from_hit(hit, source, index, first_line, origin, inherited)
+                scan.events.append(event)
+                scan.raw.append((stamp, hit.fields.get("at")))
+                if key is not None:
+                    collapsed[key] = event
+                    if spec.cascade is not None:
+                        event.ranks = {}
+                        _join_cascade(event, hit, origin, source, stamp)
+            if item.__class__ is _Counted and item.lines > 1:  # the group's other lines join it
+                event.repeats += item.lines - 1
+                _note_last(last_stamps, event, item.last, item.last_stamp)
+        scan.last_stamps.extend((event, stamp) for _, event, stamp in last_stamps.values())
+        line += window.data.count(b"\n", window.begin, window.end)
         if want_boots and source.kind in ("kernel", "syslog"):
             boot_observations(window.data, window.begin, window.end, source.node, year, scan.observations)
         if window.last:
@@ -215,7 +224,19 @@ def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boo
         scans = _scan_in_workers(evidence, scanner, year, want_boots, workers)
         if scans is not None:
             return scans
-    return [_scan_file(i, source, scanner, year, want_boots, evidence.job) for i, source in enumerate(evidence.files)]
+    counter = _counter(evidence, scanner, year)
+    return [_scan_file(i, source, scanner, year, want_boots, evidence.job, counter)
+            for i, source in enumerate(evidence.files)]
+
+
+def _counter(evidence: Evidence, scanner: Scanner, year: int | None) -> NoiseCounter | None:
+    """Arrow's counting of noise (counting.py), for a job whose kernel and syslog files are large
+    enough to pay for loading it; not in worker processes (Arrow's threads and fork do not mix)."""
+    noisy = sum(f.content_size() for f in evidence.files if f.kind in COUNTED_KINDS)
+    if noisy < COUNT_FROM_BYTES or not arrow_available():
+        return None
+    job = evidence.job
+    return NoiseCounter(scanner, year, lambda stamp: _when(stamp, job), int(COLLAPSE_MONO_SPAN))
 
 
 def _worker_count(evidence: Evidence) -> int:
@@ -257,13 +278,62 @@ def _scan_share(indexes: list[int]) -> list[tuple[int, _FileScan]]:
     return [(i, _scan_file(i, files[i], scanner, year, want_boots, job)) for i in indexes]
 
 
-def _line_after(window: Window, hits: list[Hit], first_line: int) -> int:
-    """Number of the line after the window's body; counted from the last hit when there is one
-    (the scanner has counted the lines up to it)."""
-    if hits:
-        last = max(hits, key=lambda hit: hit.offset)
-        return last.lineno + window.data.count(b"\n", last.offset, window.end)
-    return first_line + window.data.count(b"\n", window.begin, window.end)
+def _offset_of(item: Hit | _Counted) -> int:
+    return item.offset
+
+
+def _note_last(last_stamps: dict[int, tuple[int, Event, LineTime]], event: Event, offset: int,
+               stamp: LineTime) -> None:
+    """The stamp of the event's last line so far (a group's last line may lie past later hits)."""
+    known = last_stamps.get(id(event))
+    if known is None or offset > known[0]:
+        last_stamps[id(event)] = (offset, event, stamp)
+
+
+@dataclass(slots=True)
+class _Counted:
+    """A group of lines counted in Arrow (counting.py), read the Python way at its first line."""
+    offset: int  # the first line's
+    hit: Hit
+    text: str
+    stamp: LineTime
+    origin: Origin
+    lines: int
+    last: int  # the last line's offset
+    last_stamp: LineTime
+
+
+def _checked_counts(counts: list[Count], data: bytes, kind: str, scanner: Scanner, clock: FileClock,
+                    job: JobContext) -> tuple[list[_Counted], list[Hit]]:
+    """The counted groups whose first and last lines read alike the Python way (their event's key),
+    and the hits of the lines of the others, read one by one (counting.py's safety net)."""
+    counted: list[_Counted] = []
+    unsure: list[Hit] = []
+    for count in counts:
+        first = _read_alone(scanner, clock, data, kind, count.first, count.first_lineno, count.literal_ids, job)
+        last = first if count.last == count.first else _read_alone(
+            scanner, clock, data, kind, count.last, count.last_lineno, count.literal_ids, job)
+        if first is not None and last is not None and first[0] == last[0]:
+            _, hit, text, stamp, origin = first
+            counted.append(_Counted(count.first, hit, text, stamp, origin, count.lines, count.last, last[3]))
+            continue
+        for offset, lineno in member_offsets(count):
+            unsure += scanner.match_at(data, offset, lineno, kind, count.literal_ids)
+    return counted, unsure
+
+
+def _read_alone(scanner: Scanner, clock: FileClock, data: bytes, kind: str, offset: int, lineno: int,
+                literal_ids: frozenset[int], job: JobContext) -> tuple | None:
+    """(event key, hit, line, stamp, origin) of a line with one collapsing hit and a time of its own."""
+    hits = scanner.match_at(data, offset, lineno, kind, literal_ids)
+    if len(hits) != 1 or hits[0].rule.event.collapse is None:
+        return None
+    text = hits[0].text.split("\n", 1)[0]
+    stamp, inherited = clock.stamp_of(text, offset)
+    if inherited:
+        return None
+    origin = line_origin(text)
+    return _event_key(hits[0], origin, stamp, False, job), hits[0], text, stamp, origin
 
 
 def _date_from_later_events(file_events: list[Event]) -> None:
@@ -390,6 +460,16 @@ def _rank_of(hit: Hit, origin: Origin) -> int | None:
 
 
 COLLAPSE_MONO_SPAN = 60.0  # seconds-since-boot lines collapse per minute: their wall time is not known yet
+
+
+def _event_key(hit: Hit, origin: Origin, stamp: LineTime, inherited: bool, job: JobContext) -> tuple | None:
+    """The key of the event the hit joins (None: an event of its own)."""
+    spec = hit.rule.event
+    if spec.collapse is not None:
+        return None if inherited else _collapse_key(hit, origin, stamp, job)
+    if spec.cascade is not None:
+        return _cascade_key(hit, origin, stamp, job)
+    return None
 
 
 def _collapse_key(hit: Hit, origin: Origin, stamp: LineTime, job: JobContext) -> tuple:

@@ -40,16 +40,16 @@ _NCCL_TIME = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\] ")
 _NCCL = re.compile(r"([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[-?\d+\] ")
 _HOST = r"(?P<host>[A-Za-z0-9][\w.-]*)"
 _PROG = r" (?P<prog>[A-Za-z_(][^\s\[:]*)(?:\[\d+\])?:"
-_SYSLOG = re.compile(
-    r"(?:<\d{1,3}>)?(?:"
+SYSLOG_STAMP = (
     # RFC 3164, journalctl short / short-precise (optional year)
     r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d{4})?"
     # journalctl short-full
     r"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: [A-Z]{1,5})?"
     # ISO 8601 / journalctl short-iso(-precise) (dot fractions only: `,` is dmesg --time-format iso)
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?"
-    r") " + _HOST + _PROG
 )
+SYSLOG_HOST_AND_PROGRAM = " " + _HOST + _PROG  # after the stamp
+_SYSLOG = re.compile(r"(?:<\d{1,3}>)?(?:" + SYSLOG_STAMP + ")" + SYSLOG_HOST_AND_PROGRAM)
 # RFC 5424: <pri>1 TIMESTAMP HOST APP PROCID MSGID ...
 _RFC5424 = re.compile(r"<\d{1,3}>1 (?:\S+) " + _HOST + r" ")
 # talosctl dmesg (Talos Linux, Kubernetes nodes): `<node>: kern: warning: [<time>]: <message>`

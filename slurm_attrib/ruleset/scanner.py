@@ -221,14 +221,17 @@ class Scanner:
         return ends
 
     def scan(self, data: bytes, kind: str, begin: int = 0, end: int | None = None, first_line: int = 1,
-             ends: str = "both") -> list[Hit]:
+             ends: str = "both", candidates: list[tuple[int, frozenset[int] | None]] | None = None) -> list[Hit]:
         """Hits of the lines that start in data[begin:end], in line order; `first_line` is the
         number of the line at `begin`.  Lines after `end` in data serve only as the `following`
         lines of rules.  `ends` says which ends of the file this region holds, for the rules that
-        read a file's ends: "first", "last", "both" (the whole file) or "none"."""
+        read a file's ends: "first", "last", "both" (the whole file) or "none".  `candidates`:
+        the candidate lines to read (candidate_lines, or some of them), when the caller has them."""
         hits: list[Hit] = []
         lineno, position = first_line, begin
-        for start, literal_ids in self.candidate_lines(data, begin, end):
+        if candidates is None:
+            candidates = self.candidate_lines(data, begin, end)
+        for start, literal_ids in candidates:
             lineno += data.count(b"\n", position, start)
             position = start
             hits.extend(self.match_at(data, start, lineno, kind, literal_ids))
@@ -316,6 +319,10 @@ class Scanner:
             if hit is not None:
                 hits.append(hit)
         return _one_reading_of_a_line(hits)
+
+    def rules_on(self, literal_ids: frozenset[int], kind: str) -> list[CompiledRule]:
+        """The rules a candidate line with these literals is read with, in rule id order."""
+        return self._rules_of(literal_ids, kind)
 
     def _rules_of(self, literal_ids: frozenset[int], kind: str) -> list[CompiledRule]:
         """The rules of these literals that read this kind of source, in rule id order."""
