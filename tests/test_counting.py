@@ -77,7 +77,7 @@ def _same(folder: Path, monkeypatch) -> int:
 def test_realistic_shapes_read_alike(name: str, tmp_path: Path, monkeypatch) -> None:
     folder = tmp_path / name
     write_corpus(SPECS[name].scaled(0.01, nodes=3), folder, tmp_path / "truth.json")
-    assert _same(folder, monkeypatch) > 50  # the noise was counted, not read line by line
+    assert _same(folder, monkeypatch) > 10  # the noise was counted, not read line by line
 
 
 START, END = 1_764_691_230.0, 1_764_694_845.0  # 2025-12-02T16:00:30Z .. 17:00:45Z: mid-minute edges

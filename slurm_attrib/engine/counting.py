@@ -29,7 +29,7 @@ read alike (a safety net: the two ways were never seen to differ).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_attrib.ingest.origin import SYSLOG_HOST_AND_PROGRAM, Origin, line_origin
@@ -38,7 +38,8 @@ from slurm_attrib.ruleset.scanner import MAX_LINE_CHARS, CompiledRule, Scanner
 from slurm_attrib.ruleset.spec import Rule, compiled
 
 COUNTED_KINDS = ("kernel", "syslog")
-MIN_LINES = 1024  # a window's countable lines below which it is read line by line (Arrow's calls cost ~1 ms)
+MIN_LINES = 1024  # planned lines (of a window, or of a batch of small files) below which they are read line by line
+BATCH_LINES = 16384  # planned lines of small files counted in one batch (their texts are held meanwhile)
 COUNT_FROM_BYTES = 32 * 1024 * 1024  # kernel and syslog bytes of a job from which Arrow is loaded
 
 # How a counted line starts, read once per line: a dmesg stamp (at most 10^9 s: a sane uptime,
@@ -79,6 +80,7 @@ def _arrow():
     # The C library's allocator gives freed windows back; Arrow's own (mimalloc) kept 60 MB more
     # at the peak of a 200 MB job (benchmarks/README.md).
     pyarrow.set_memory_pool(pyarrow.system_memory_pool())
+    pyarrow.set_cpu_count(1)  # one thread: the scan is one process's work, and threads' arenas hold memory
     return pyarrow, pyarrow.compute
 
 
@@ -184,12 +186,30 @@ def _group_width(items, number: int) -> int | None:
 
 @dataclass(slots=True)
 class _Plan:
+    number: int  # its place among the scan's plans
     counted: CompiledRule  # the rule whose hits are counted
     others: list[CompiledRule]  # the set's other rules: a line they match is read in Python
+    literal_ids: frozenset[int]
+
+
+@dataclass
+class _Window:
+    """The candidate lines of one window: those planned for counting, as columns, and the rest."""
+    file: int
+    offsets: list[int] = field(default_factory=list)  # into the window's data
+    linenos: list[int] = field(default_factory=list)
+    plans: list[int] = field(default_factory=list)
+    texts: list[bytes] = field(default_factory=list)
+    rest: list[tuple[int, frozenset[int] | None]] = field(default_factory=list)
+
+
+Split = tuple[list[Count], list[tuple[int, frozenset[int] | None]]]
 
 
 class NoiseCounter:
-    """Splits a job's windows into counted lines and lines read in Python (one per scan)."""
+    """Splits a job's windows into counted lines and lines read in Python (one per scan).  The
+    windows of small files are counted ahead, many files to one batch (prepare): Arrow's calls
+    cost about a millisecond each, whatever they read."""
 
     def __init__(self, scanner: Scanner, year: int | None, when: Callable[[LineTime], tuple | None],
                  mono_span: int):
@@ -198,50 +218,90 @@ class NoiseCounter:
         self.when = when  # the side of the job's window a time is on (events._when)
         self.mono_span = mono_span
         self._plans: dict[tuple[frozenset[int], str], _Plan | None] = {}
+        self._plan_list: list[_Plan] = []
         self._counted_rules: dict[str, bool] = {}
-        self._arrow = None  # loaded by the first window worth counting
+        self._prepared: dict[int, Split] = {}
+        self._arrow = None  # loaded by the first batch worth counting
 
-    def split(self, data: bytes, kind: str, begin: int, end: int,
-              first_line: int) -> tuple[list[Count], list[tuple[int, frozenset[int] | None]]]:
-        """The counted groups of data[begin:end], and the candidate lines left to the scanner, in
-        line order."""
+    def split(self, file: int, data: bytes, kind: str, begin: int, end: int, first_line: int) -> Split:
+        """The counted groups of data[begin:end] (a window of file number `file`), and the
+        candidate lines left to the scanner, in line order."""
+        prepared = self._prepared.pop(file, None)
+        if prepared is not None and begin == 0 and end == len(data) and first_line == 1:
+            return prepared
+        window = self._window(file, data, kind, begin, end, first_line)
+        if isinstance(window, list):
+            return [], window
+        if len(window.offsets) < MIN_LINES:
+            return [], sorted(window.rest + self._planned(window), key=_first)
+        return self._run([window])[file]
+
+    def prepare(self, files: list, position: int) -> None:
+        """Count ahead the small files (one window each) from files[position] on, together, until
+        BATCH_LINES lines are planned."""
+        if position in self._prepared or not _one_window(files[position]):
+            return
+        windows: list[_Window] = []
+        planned = 0
+        for file in range(position, len(files)):
+            source = files[file]
+            if not _one_window(source) or source.kind not in COUNTED_KINDS:
+                continue
+            data = next(source.blocks())
+            window = self._window(file, data, source.kind, 0, len(data), 1)
+            if isinstance(window, list):
+                self._prepared[file] = ([], window)
+                continue
+            windows.append(window)
+            planned += len(window.offsets)
+            if planned >= BATCH_LINES:
+                break
+        if planned < MIN_LINES:
+            for window in windows:
+                self._prepared[window.file] = ([], sorted(window.rest + self._planned(window), key=_first))
+            return
+        self._prepared.update(self._run(windows))
+
+    def _window(self, file: int, data: bytes, kind: str, begin: int, end: int,
+                first_line: int) -> _Window | list[tuple[int, frozenset[int] | None]]:
+        """The window's candidate lines, split into planned and rest; or all of them, when none
+        may be counted."""
         candidates = self.scanner.candidate_lines(data, begin, end)
-        if kind not in COUNTED_KINDS or len(candidates) < MIN_LINES:
-            return [], candidates
-        body = bytes(data[begin:end])
+        if kind not in COUNTED_KINDS or not candidates:
+            return candidates
+        body = data[begin:end]
         if not body.isascii() or b"\x00" in body or b"\r" in body:
-            return [], candidates
-        plans: list[_Plan] = []
-        plan_numbers: dict[frozenset[int], int] = {}
-        starts: list[int] = []
-        numbers: list[int] = []
-        rest: list[tuple[int, frozenset[int] | None]] = []
+            return candidates
+        window = _Window(file)
+        lineno, position = first_line, begin
         for start, literal_ids in candidates:
             plan = self._plan(literal_ids, kind) if literal_ids is not None else None
             if plan is None:
-                rest.append((start, literal_ids))
+                window.rest.append((start, literal_ids))
                 continue
-            number = plan_numbers.get(literal_ids)
-            if number is None:
-                number = plan_numbers[literal_ids] = len(plans)
-                plans.append(plan)
-            starts.append(start - begin)
-            numbers.append(number)
-        if len(starts) < MIN_LINES:
-            return [], candidates
-        if self._arrow is None:
-            self._arrow = _arrow()
-        counts, back = self._count(plans, list(plan_numbers), body, starts, numbers, begin, first_line)
-        rest += [(begin + start, literal_ids) for start, literal_ids in back]
-        rest.sort(key=lambda candidate: candidate[0])
-        return counts, rest
+            lineno += data.count(b"\n", position, start)
+            position = start
+            stop = data.find(b"\n", start, end)
+            window.offsets.append(start)
+            window.linenos.append(lineno)
+            window.plans.append(plan.number)
+            window.texts.append(bytes(data[start:stop if stop >= 0 else end]))
+        return window
+
+    def _planned(self, window: _Window) -> list[tuple[int, frozenset[int]]]:
+        """The planned lines as candidate lines (when too few to count)."""
+        return [(offset, self._plan_list[n].literal_ids) for offset, n in zip(window.offsets, window.plans)]
 
     def _plan(self, literal_ids: frozenset[int], kind: str) -> _Plan | None:
         key = (literal_ids, kind)
         if key not in self._plans:
             rules = self.scanner.rules_on(literal_ids, kind)
             counted = [r for r in rules if self._counted(r.rule)]
-            self._plans[key] = _Plan(counted[0], [r for r in rules if r is not counted[0]]) if len(counted) == 1 else None
+            plan = None
+            if len(counted) == 1:
+                plan = _Plan(len(self._plan_list), counted[0], [r for r in rules if r is not counted[0]], literal_ids)
+                self._plan_list.append(plan)
+            self._plans[key] = plan
         return self._plans[key]
 
     def _counted(self, rule: Rule) -> bool:
@@ -249,26 +309,24 @@ class NoiseCounter:
             self._counted_rules[rule.id] = counted_rule(rule)
         return self._counted_rules[rule.id]
 
-    def _count(self, plans: list[_Plan], plan_ids: list[frozenset[int]], body: bytes, starts: list[int],
-               numbers: list[int], begin: int, first_line: int):
-        """The groups of the planned candidate lines (starts: offsets in the body; numbers: each
-        line's plan), and the (start, literal ids) of the lines left to the scanner."""
+    def _run(self, windows: list[_Window]) -> dict[int, Split]:
+        """Count the planned lines of these windows in one pass: per window, its groups and the
+        candidate lines left to the scanner."""
+        if self._arrow is None:
+            self._arrow = _arrow()
         pa, pc = self._arrow
-        lines = pc.split_pattern(pa.array([body], pa.binary()), b"\n")[0].values
-        lengths = pc.add(pc.cast(pc.binary_length(lines), pa.int64()), 1)
-        line_starts = pc.subtract(pc.cumulative_sum(lengths), lengths)
-        starts_array = pa.array(starts, pa.int64())
-        plan_of = pa.array(numbers, pa.int32())
-        index = pc.index_in(starts_array, value_set=line_starts)
-        text = lines.take(index)
+        file_of = pa.array([w.file for w in windows for _ in w.offsets], pa.int32())
+        plan_of = pa.array([n for w in windows for n in w.plans], pa.int32())
+        offsets = pa.array([o for w in windows for o in w.offsets], pa.int64())
+        linenos = pa.array([n for w in windows for n in w.linenos], pa.int64())
+        text = pa.array([t for w in windows for t in w.texts], pa.binary())
         rows = len(text)
         hit = pa.array([False] * rows)
         other = hit
         key = pa.array([b""] * rows, pa.binary())
-        for number, plan in enumerate(plans):
+        for number in sorted(set(plan_of.to_pylist())):
             mask = pc.equal(plan_of, number)
-            own = pc.filter(text, mask)
-            found, rivals, values = self._read(plan, own)
+            found, rivals, values = self._read(self._plan_list[number], pc.filter(text, mask))
             hit = pc.replace_with_mask(hit, mask, found)
             other = pc.replace_with_mask(other, mask, rivals)
             key = pc.replace_with_mask(key, mask, values)
@@ -288,10 +346,22 @@ class NoiseCounter:
         by_header = pc.and_(by_header, header_known)
         side = pc.if_else(by_dmesg, minute, pc.subtract(pc.negate(header_side), 1))  # headers' below 0
         counted = pc.or_(by_dmesg, by_header)
-        counts = self._groups(counted, side, key, plan_of, index, line_starts, plan_ids, begin, first_line)
+        found: dict[int, Split] = {w.file: ([], list(w.rest)) for w in windows}
+        for count in self._groups(counted, side, key, plan_of, file_of, offsets, linenos):
+            counts, rest = found[count_file(count)]
+            if count.lines > 2:
+                counts.append(count)
+            else:  # reading its first and last line is reading it all
+                rest += [(count.first, count.literal_ids)] + ([(count.last, count.literal_ids)] if count.lines == 2 else [])
         left = pc.invert(pc.or_(counted, none_hit))
-        back = zip(pc.filter(starts_array, left).to_pylist(), pc.filter(plan_of, left).to_pylist())
-        return counts, [(start, plan_ids[number]) for start, number in back]
+        back = zip(pc.filter(file_of, left).to_pylist(), pc.filter(offsets, left).to_pylist(),
+                   pc.filter(plan_of, left).to_pylist())
+        for file, offset, number in back:
+            found[file][1].append((offset, self._plan_list[number].literal_ids))
+        for counts, rest in found.values():
+            counts.sort(key=lambda count: count.first)
+            rest.sort(key=_first)
+        return found
 
     def _read(self, plan: _Plan, text):
         """Per line: whether the counted rule hits it, whether another rule of its set matches it,
@@ -317,9 +387,10 @@ class NoiseCounter:
     def _header_sides(self, start, by_header):
         """Per line, a number standing for the side of the job's window its time is on and its
         origin, and whether that is known without reading the line in Python.  The time of an ISO
-        stamp rises with its text within one minute (and zone): the lines of one minute, zone,
-        host and program share a side when its first and its last stamp do, each read once here
-        (the minute a side changes in, at most two per file, is read line by line)."""
+        stamp rises with its text within one minute (and zone): the lines of one minute and zone
+        share a side when its first and its last stamp do, each read once here (a minute a side
+        changes in, at most two in a job, is read line by line).  The origin is the header's host
+        and program, read once per pair."""
         pa, pc = self._arrow
         rows = len(start)
         dmesg_iso = pc.not_equal(start.field("iso_minute"), pa.scalar(b"", pa.binary()))
@@ -327,67 +398,69 @@ class NoiseCounter:
         def either(name: str):
             return pc.if_else(dmesg_iso, start.field("iso_" + name), start.field(name))
 
-        table = pa.table({"minute": either("minute"), "zone": either("zone"), "host": start.field("host"),
-                          "prog": start.field("prog"), "second": either("second"),
-                          "row": pa.array(range(rows), pa.int64())})
-        table = table.filter(by_header)
-        side_of_row = [0] * rows
-        known_row = [False] * rows
+        minute = pc.dictionary_encode(pc.binary_join_element_wise(either("minute"), either("zone"), b"\x00"))
+        names = pc.dictionary_encode(pc.binary_join_element_wise(start.field("host"), start.field("prog"), b"\x00"))
+        table = pa.table({"minute": minute.indices, "second": either("second")}).filter(by_header)
+        sides: dict[tuple, int] = {}
+        side_of_minute = [-1] * len(minute.dictionary)
         if table.num_rows:
-            spans = table.group_by(["minute", "zone", "host", "prog"]).aggregate(
-                [("second", "min"), ("second", "max"), ("row", "list")])
-            sides: dict[tuple, int] = {}
-            columns = [spans.column(n).to_pylist() for n in ("minute", "zone", "host", "prog", "second_min", "second_max")]
-            for (minute, zone, host, prog, low, high), members in zip(zip(*columns), spans.column("row_list").to_pylist()):
-                prefix = minute.decode() + ":"
-                suffix = zone.decode() + (" " + host.decode() + " " + prog.decode() + ": " if host else " -")
-                side = self._side(prefix + low.decode() + suffix)
-                if side is None or side != self._side(prefix + high.decode() + suffix):
-                    continue
-                code = sides.setdefault(side, len(sides))
-                for row in members:
-                    side_of_row[row], known_row[row] = code, True
-        return pa.array(side_of_row, pa.int64()), pa.array(known_row, pa.bool_())
+            spans = table.group_by("minute", use_threads=False).aggregate([("second", "min"), ("second", "max")])
+            for index, low, high in zip(*(spans.column(n).to_pylist() for n in ("minute", "second_min", "second_max"))):
+                stamp, zone = minute.dictionary[index].as_py().split(b"\x00")
+                first, last = (self._time(stamp + b":" + second + zone) for second in (low, high))
+                if first is not None and first == last:
+                    side_of_minute[index] = sides.setdefault(first, len(sides))
+        origin_of_name = []
+        for name in names.dictionary.to_pylist():
+            host, prog = name.split(b"\x00")
+            header = "2000-01-01T00:00:00 " + host.decode() + " " + prog.decode() + ": " if host else "2000-01-01T00:00:00,0+00:00 -"
+            origin: Origin = line_origin(header)
+            origin_of_name.append((origin.host, origin.rank, origin.task, origin.program))
+        origins = {origin: number for number, origin in enumerate(dict.fromkeys(origin_of_name))}
+        origin_code = pc.take(pa.array([origins[o] for o in origin_of_name], pa.int64()), names.indices)
+        side_code = pc.take(pa.array(side_of_minute, pa.int64()), minute.indices)
+        known = pc.and_(by_header, pc.greater_equal(side_code, 0))
+        return pc.add(pc.multiply(side_code, len(origins) + 1), origin_code), known
 
-    def _side(self, header: str) -> tuple | None:
-        """(side of the window, origin) of a line with this start."""
-        stamp = parse_line_time(header, self.year)
-        if stamp.wall is None or stamp.mono is not None:
-            return None
-        origin: Origin = line_origin(header)
-        return self.when(stamp), origin.host, origin.rank, origin.task, origin.program
+    def _time(self, stamp: bytes) -> tuple | None:
+        """The side of the job's window a stamp is on (None: it gives no wall-clock time)."""
+        found = parse_line_time(stamp.decode() + " -", self.year)
+        return None if found.wall is None or found.mono is not None else self.when(found)
 
-    def _groups(self, mask, side, key, plan_of, index, line_starts, plan_ids, begin: int,
-                first_line: int) -> list[Count]:
+    def _groups(self, mask, side, key, plan_of, file_of, offsets, linenos) -> list[Count]:
         pa, pc = self._arrow
-        table = pa.table({"plan": plan_of, "side": side, "key": key, "line": index}).filter(mask)
+        table = pa.table({"file": file_of, "plan": plan_of, "side": side, "key": key,
+                          "row": pa.array(range(len(key)), pa.int64())}).filter(mask)
         if table.num_rows == 0:
             return []
-        grouped = table.group_by(["plan", "side", "key"]).aggregate(
-            [("line", "min"), ("line", "max"), ("line", "count"), ("line", "list")])
-        firsts = grouped.column("line_min")
-        lasts = grouped.column("line_max")
-        first_offsets = pc.take(line_starts, firsts).to_pylist()
-        last_offsets = pc.take(line_starts, lasts).to_pylist()
-        members = grouped.column("line_list")
-        counts = [Count(begin + f_off, begin + l_off, first_line + f, first_line + l, size, plan_ids[plan],
-                        (members, row, line_starts, begin))
-                  for row, (f, l, size, f_off, l_off, plan) in enumerate(zip(
-                      firsts.to_pylist(), lasts.to_pylist(), grouped.column("line_count").to_pylist(),
-                      first_offsets, last_offsets, grouped.column("plan").to_pylist()))]
-        counts.sort(key=lambda count: count.first)
-        return counts
+        grouped = table.group_by(["file", "plan", "side", "key"], use_threads=False).aggregate(
+            [("row", "min"), ("row", "max"), ("row", "count"), ("row", "list")])
+        firsts, lasts = grouped.column("row_min"), grouped.column("row_max")
+        columns = zip(pc.take(offsets, firsts).to_pylist(), pc.take(offsets, lasts).to_pylist(),
+                      pc.take(linenos, firsts).to_pylist(), pc.take(linenos, lasts).to_pylist(),
+                      grouped.column("row_count").to_pylist(), grouped.column("plan").to_pylist(),
+                      grouped.column("file").to_pylist())
+        members = grouped.column("row_list")
+        return [Count(first, last, first_lineno, last_lineno, size, self._plan_list[plan].literal_ids,
+                      (members, row, offsets, linenos, file))
+                for row, (first, last, first_lineno, last_lineno, size, plan, file) in enumerate(columns)]
+
+
+def count_file(count: Count) -> int:
+    return count.members[4]
 
 
 def member_offsets(count: Count) -> list[tuple[int, int]]:
     """(offset, line number) of each line of a group, in line order (the safety net's path)."""
-    members, row, line_starts, begin = count.members
-    lines = sorted(members[row].as_py())
-    first_line = count.first_lineno - lines[0]
-    starts = line_starts.take(lines).to_pylist()
-    return [(begin + start, first_line + line) for start, line in zip(starts, lines)]
+    members, row, offsets, linenos, _ = count.members
+    rows = sorted(members[row].as_py())
+    return list(zip(offsets.take(rows).to_pylist(), linenos.take(rows).to_pylist()))
 
 
-def _caseless(pattern: str, ignore_case: bool) -> str:
-    return "(?i)" + pattern if ignore_case else pattern
+def _one_window(source) -> bool:
+    """Whether the file is read as one window (held, or read again whole)."""
+    return not source.streamed or source.start < 0
 
+
+def _first(candidate: tuple) -> int:
+    return candidate[0]

@@ -160,7 +160,7 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
         clock.enter(window.data, window.offset)
         ends = ("both" if window.last else "first") if first_window else ("last" if window.last else "none")
         counts, candidates = ([], None) if counter is None else counter.split(
-            window.data, source.kind, window.begin, window.end, line)
+            index, window.data, source.kind, window.begin, window.end, line)
         hits = scanner.scan(window.data, source.kind, window.begin, window.end, line, ends, candidates)
         counted, unsure = _checked_counts(counts, window.data, source.kind, scanner, clock, job)
         if unsure:
@@ -225,8 +225,12 @@ def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boo
         if scans is not None:
             return scans
     counter = _counter(evidence, scanner, year)
-    return [_scan_file(i, source, scanner, year, want_boots, evidence.job, counter)
-            for i, source in enumerate(evidence.files)]
+    scans = []
+    for i, source in enumerate(evidence.files):
+        if counter is not None:
+            counter.prepare(evidence.files, i)  # small files: counted many to one batch
+        scans.append(_scan_file(i, source, scanner, year, want_boots, evidence.job, counter))
+    return scans
 
 
 def _counter(evidence: Evidence, scanner: Scanner, year: int | None) -> NoiseCounter | None:
