@@ -41,6 +41,8 @@ def _scan(folder: Path, monkeypatch, counted: bool):
 
     with monkeypatch.context() as patch:
         patch.setattr(counting, "MIN_LINES", 8 if counted else 10**12)
+        patch.setattr(counting, "PER_FILE_LINES", 0)  # tiny files: counted all the same
+        patch.setattr(counting, "SPARED_SHARE", 0.0)
         patch.setattr(events, "COUNT_FROM_BYTES", 0)
         patch.setattr(counting.NoiseCounter, "split", spy)
         patch.setattr(events, "_checked_counts", spy_checked)
@@ -162,3 +164,23 @@ def test_group_shapes() -> None:
     assert counting._digits_only(r"(?P<n>[0-9]{2,})", "n")
     assert not counting._digits_only(r"(?P<n>\d+\.\d+)", "n")
     assert not counting._digits_only(r"(?P<n>\d*)", "n")
+
+
+def test_small_files_stop_the_counting_before_arrow_is_used(tmp_path: Path, monkeypatch) -> None:
+    """A many-node job's files hold a few noise lines each, in events of a few lines: the first
+    batch's files average fewer than PER_FILE_LINES planned lines, so nothing goes to Arrow."""
+    folder = tmp_path / "job"
+    write_corpus(SPECS["g_32768_rank_cascade"].scaled(0.002, nodes=64), folder, tmp_path / "truth.json")
+    counters, runs = [], []
+    prepare, run = counting.NoiseCounter.prepare, counting.NoiseCounter._run
+
+    def spy_prepare(self, *args):
+        counters.append(self)
+        return prepare(self, *args)
+
+    monkeypatch.setattr(events, "COUNT_FROM_BYTES", 0)
+    monkeypatch.setattr(counting, "MIN_LINES", 8)
+    monkeypatch.setattr(counting.NoiseCounter, "prepare", spy_prepare)
+    monkeypatch.setattr(counting.NoiseCounter, "_run", lambda self, windows: runs.append(len(windows)) or run(self, windows))
+    scan_evidence(load_any(folder), _scanner(()))
+    assert counters and counters[0].stopped and runs == []

@@ -1,14 +1,16 @@
-"""A window's noise counted in compiled code (Apache Arrow), not line by line in Python.
+"""A job's kernel noise counted in compiled code (Apache Arrow), not line by line in Python.
 
 Seven in ten lines the rules match in a GPU node's logs are the kernel's corrected-error noise
 (PCIe AER, EDAC, mlx5 commands), each one more line of an event that collapses them
 (event.collapse): a count per device, program and side of the job's window.  Read one at a time in
 Python, a line costs 13-15 us (its decoding, RE2, its fields, its time, its origin, its key); Arrow's
-kernels read the same lines a column at a time for about 3 (benchmarks/README.md).  Here the
+kernels read the same lines a column at a time for a few (benchmarks/README.md).  Here the
 candidate lines of a window that such a rule reads are split off, matched by Arrow's RE2 (the engine
 the scanner runs the same patterns on) and grouped by what their event's key is made of; the events
-layer (_scan_file) reads the first and the last line of each group the Python way and counts the
-lines between them.
+layer (_scan_file) reads the first and the last line of each group the Python way, which makes or
+joins the event and checks the group, and counts the lines between.  The windows of small files
+are counted ahead, many files to one pass (NoiseCounter.prepare): each of Arrow's calls costs
+about a millisecond, whatever it reads.
 
 A line is counted only where both ways are sure to read it alike:
 - the window is ASCII, with no NUL or CR (the scanner reads such a line's bytes as they are), and
@@ -16,14 +18,21 @@ A line is counted only where both ways are sure to read it alike:
 - its rule set holds one rule that collapses, with no hook, decode, ends, following lines, requires
   or capture, whose regex names all its groups and whose key values can neither be empty nor fail
   to cast; the line matches that regex and none of its `unless`, and no other rule of the set;
-- it starts with a stamp whose reading is the same for every line it starts: a dmesg stamp
-  (`[  123.456789]`, grouped by the minute the scanner's clock gives it) or a syslog header
-  (stamp, host, program), whose time and origin are read once per header, from its first line;
+- it starts with a stamp whose reading is the same for every line of its group: a dmesg stamp
+  (`[  123.456789]`, grouped by the minute the scanner's clock gives it), a syslog header with an
+  ISO stamp, or dmesg's own ISO stamp; an ISO stamp's side of the job's window is read once per
+  minute (from its first and last stamp: the time rises with the text) and a header's origin once
+  per host and program;
 - it names no rank (`Rank `), and no bracket follows a syslog header (a kernel stamp there gives
   the line a second time).
 A line that matches no rule of its set is no hit either way and is dropped; every other candidate
 line is read the Python way, and so is every line of a group whose first and last lines do not
-read alike (a safety net: the two ways were never seen to differ).
+read alike (a safety net: the tests hold it idle), and of a group of one or two lines.
+
+Counting pays where events gather many lines; where they gather few (a many-node job's small
+files, each node's dmesg in per-minute buckets), Arrow's passes cost more than they spare: the
+counting stops (PER_FILE_LINES, SPARED_SHARE) and the lines are read in Python.  Either way the
+events are the same, field for field (tests/test_counting.py).
 """
 
 from __future__ import annotations
@@ -41,6 +50,14 @@ COUNTED_KINDS = ("kernel", "syslog")
 MIN_LINES = 1024  # planned lines (of a window, or of a batch of small files) below which they are read line by line
 BATCH_LINES = 16384  # planned lines of small files counted in one batch (their texts are held meanwhile)
 COUNT_FROM_BYTES = 32 * 1024 * 1024  # kernel and syslog bytes of a job from which Arrow is loaded
+# The passes so far must have spared the Python reading of at least this share of the lines they
+# planned (a group's lines but its first and last); a job whose noise comes in smaller groups (a
+# many-node job's per-minute dmesg buckets, read once per node) is read in Python from then on:
+# there Arrow's passes cost 6 % more than they spared (g_32768_rank_cascade, 18 % spared).
+SPARED_SHARE = 0.3
+# Small files whose planned lines average fewer than this are read in Python, and stop the counting
+# before Arrow is loaded: their events hold a few lines each (g: 4,096 nodes, 27 lines a file).
+PER_FILE_LINES = 64
 
 # How a counted line starts, read once per line: a dmesg stamp (at most 10^9 s: a sane uptime,
 # read exactly); a syslog header with an ISO stamp (journalctl -o short-iso[-precise], rsyslog's
@@ -62,7 +79,7 @@ class Count:
     last_lineno: int
     lines: int
     literal_ids: frozenset[int]
-    members: Any  # the lines' offsets (an Arrow array): read one by one when first and last differ
+    members: Any  # which lines (Arrow columns and the group's row; member_offsets)
 
 
 def arrow_available() -> bool:
@@ -221,6 +238,8 @@ class NoiseCounter:
         self._plan_list: list[_Plan] = []
         self._counted_rules: dict[str, bool] = {}
         self._prepared: dict[int, Split] = {}
+        self.stopped = False  # the passes so far spared too few lines: counting stopped (SPARED_SHARE)
+        self._spared = self._planned_lines = 0
         self._arrow = None  # loaded by the first batch worth counting
 
     def split(self, file: int, data: bytes, kind: str, begin: int, end: int, first_line: int) -> Split:
@@ -229,6 +248,8 @@ class NoiseCounter:
         prepared = self._prepared.pop(file, None)
         if prepared is not None and begin == 0 and end == len(data) and first_line == 1:
             return prepared
+        if self.stopped:
+            return [], self.scanner.candidate_lines(data, begin, end)
         window = self._window(file, data, kind, begin, end, first_line)
         if isinstance(window, list):
             return [], window
@@ -239,7 +260,7 @@ class NoiseCounter:
     def prepare(self, files: list, position: int) -> None:
         """Count ahead the small files (one window each) from files[position] on, together, until
         BATCH_LINES lines are planned."""
-        if position in self._prepared or not _one_window(files[position]):
+        if self.stopped or position in self._prepared or not _one_window(files[position]):
             return
         windows: list[_Window] = []
         planned = 0
@@ -256,7 +277,9 @@ class NoiseCounter:
             planned += len(window.offsets)
             if planned >= BATCH_LINES:
                 break
-        if planned < MIN_LINES:
+        if planned < MIN_LINES or planned < PER_FILE_LINES * len(windows):
+            # Too few lines, or files too small for their events to gather many lines each.
+            self.stopped = planned >= MIN_LINES
             for window in windows:
                 self._prepared[window.file] = ([], sorted(window.rest + self._planned(window), key=_first))
             return
@@ -347,12 +370,18 @@ class NoiseCounter:
         side = pc.if_else(by_dmesg, minute, pc.subtract(pc.negate(header_side), 1))  # headers' below 0
         counted = pc.or_(by_dmesg, by_header)
         found: dict[int, Split] = {w.file: ([], list(w.rest)) for w in windows}
+        spared = 0
         for count in self._groups(counted, side, key, plan_of, file_of, offsets, linenos):
             counts, rest = found[count_file(count)]
             if count.lines > 2:
                 counts.append(count)
+                spared += count.lines - 2
             else:  # reading its first and last line is reading it all
                 rest += [(count.first, count.literal_ids)] + ([(count.last, count.literal_ids)] if count.lines == 2 else [])
+        self._spared += spared
+        self._planned_lines += rows
+        if self._spared < SPARED_SHARE * self._planned_lines:
+            self.stopped = True  # this job's noise comes in groups too small to pay: read it in Python
         left = pc.invert(pc.or_(counted, none_hit))
         back = zip(pc.filter(file_of, left).to_pylist(), pc.filter(offsets, left).to_pylist(),
                    pc.filter(plan_of, left).to_pylist())
