@@ -91,17 +91,23 @@ def _iso(t: float, fraction: str = "") -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + fraction
 
 
+def _ctime(t: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%a %b %e %H:%M:%S %Y")
+
+
 def _edge_job(folder: Path) -> None:
     """A node whose dmesg and journal hold the counted rules' lines in every form around the
     edges: minutes the job's start and end fall in, other programs, ranks, brackets after the
-    header, overlong lines, storms another rule reads, a cast that fails, dmesg's ISO stamps."""
+    header, overlong lines, storms another rule reads, dmesg's ISO and ctime stamps."""
     node = folder / "gpu01"
     node.mkdir(parents=True)
     (folder / "job.json").write_text(json.dumps({
         "job_id": "77", "state": "COMPLETED", "exit_code": "0:0", "nodes": ["gpu01"],
         "start": _iso(START) + "Z", "end": _iso(END) + "Z"}))
     aer = "pcieport 0000:{bus:02x}:01.0: AER: Corrected error received: 0000:{bus:02x}:01.0"
-    dmesg, journal = [], []
+    dmesg, journal, ctime = [], [], []
     for i in range(3000):
         t = START - 900 + i * 1.7  # through the start and past the end of the window
         bus = 0x10 + i % 3
@@ -126,7 +132,9 @@ def _edge_job(folder: Path) -> None:
             journal.append(f"{_iso(t)},{i:06d}+00:00 {line}")  # dmesg --time-format iso
         if i % 17 == 0:
             journal.append(f"Dec  2 16:{i % 60:02d}:00 gpu01 kernel: {line}")  # not counted: read in Python
+        ctime.append(f"[{_ctime(t)}] {line}")  # dmesg -T
     (node / "dmesg.txt").write_text("\n".join(dmesg) + "\n")
+    (node / "dmesg-T.txt").write_text("\n".join(ctime) + "\n")
     (node / "journal.txt").write_text("\n".join(journal) + "\n")
 
 

@@ -51,7 +51,7 @@ MIN_LINES = 1024  # planned lines (of a window, or of a batch of small files) be
 BATCH_LINES = 16384  # planned lines of small files counted in one batch (their texts are held meanwhile)
 COUNT_FROM_BYTES = 32 * 1024 * 1024  # kernel and syslog bytes of a job from which Arrow is loaded
 # The passes so far must have spared the Python reading of at least this share of the lines they
-# planned (a group's lines but its first and last); a job whose noise comes in smaller groups (a
+# grouped (a group's lines but its first and last); a job whose noise comes in smaller groups (a
 # many-node job's per-minute dmesg buckets, read once per node) is read in Python from then on:
 # there Arrow's passes cost 6 % more than they spared (g_32768_rank_cascade, 18 % spared).
 SPARED_SHARE = 0.3
@@ -62,11 +62,15 @@ PER_FILE_LINES = 64
 # How a counted line starts, read once per line: a dmesg stamp (at most 10^9 s: a sane uptime,
 # read exactly); a syslog header with an ISO stamp (journalctl -o short-iso[-precise], rsyslog's
 # RFC 3339), by its minute and the rest, and whether a bracket follows the header; or dmesg's own
-# ISO stamp (`dmesg --time-format iso`: a comma before the fraction, no host).
+# ISO stamp (`dmesg --time-format iso`: a comma before the fraction, no host) or ctime stamp
+# (`dmesg -T`: `[Wed Dec  2 14:22:05 2026]`).  Each stamp is cut around its seconds: the text
+# before them (its minute) and after them (`zone`: its zone, or the year of a ctime stamp).
 _START = (r"^(?:\[\s*(?P<seconds>\d{1,9})\.\d{1,6}\]"
           r"|(?P<minute>\d{4}-\d\d-\d\dT\d\d:\d\d):(?P<second>[0-5]\d(?:\.\d{1,9})?)"
           r"(?P<zone>Z|[+-]\d\d:?\d\d)?" + SYSLOG_HOST_AND_PROGRAM + r"(?P<bracket> *\[)?"
-          r"|(?P<iso_minute>\d{4}-\d\d-\d\dT\d\d:\d\d):(?P<iso_second>[0-5]\d,\d{1,9})(?P<iso_zone>[+-]\d\d:\d\d) )")
+          r"|(?P<iso_minute>\d{4}-\d\d-\d\dT\d\d:\d\d):(?P<iso_second>[0-5]\d,\d{1,9})(?P<iso_zone>[+-]\d\d:\d\d) "
+          r"|(?P<ctime_minute>\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+          r" +\d{1,2} \d\d:\d\d):(?P<ctime_second>[0-5]\d)(?P<ctime_zone> \d{4}\]) )")
 
 
 @dataclass(slots=True)
@@ -239,7 +243,7 @@ class NoiseCounter:
         self._counted_rules: dict[str, bool] = {}
         self._prepared: dict[int, Split] = {}
         self.stopped = False  # the passes so far spared too few lines: counting stopped (SPARED_SHARE)
-        self._spared = self._planned_lines = 0
+        self._spared = self._grouped = 0
         self._arrow = None  # loaded by the first batch worth counting
 
     def split(self, file: int, data: bytes, kind: str, begin: int, end: int, first_line: int) -> Split:
@@ -362,7 +366,8 @@ class NoiseCounter:
         by_dmesg = pc.and_(readable, pc.not_equal(start.field("seconds"), empty))
         by_header = pc.or_(pc.and_(pc.and_(readable, pc.not_equal(start.field("minute"), empty)),
                                    pc.equal(start.field("bracket"), empty)),
-                           pc.and_(readable, pc.not_equal(start.field("iso_minute"), empty)))
+                           pc.and_(readable, pc.or_(pc.not_equal(start.field("iso_minute"), empty),
+                                                    pc.not_equal(start.field("ctime_minute"), empty))))
         seconds = pc.if_else(by_dmesg, start.field("seconds"), pa.scalar(b"0", pa.binary()))
         minute = pc.divide(pc.cast(pc.cast(seconds, pa.string()), pa.int64()), self.mono_span)
         header_side, header_known = self._header_sides(start, by_header)
@@ -373,14 +378,14 @@ class NoiseCounter:
         spared = 0
         for count in self._groups(counted, side, key, plan_of, file_of, offsets, linenos):
             counts, rest = found[count_file(count)]
+            self._grouped += count.lines
             if count.lines > 2:
                 counts.append(count)
                 spared += count.lines - 2
             else:  # reading its first and last line is reading it all
                 rest += [(count.first, count.literal_ids)] + ([(count.last, count.literal_ids)] if count.lines == 2 else [])
         self._spared += spared
-        self._planned_lines += rows
-        if self._spared < SPARED_SHARE * self._planned_lines:
+        if self._grouped >= MIN_LINES and self._spared < SPARED_SHARE * self._grouped:
             self.stopped = True  # this job's noise comes in groups too small to pay: read it in Python
         left = pc.invert(pc.or_(counted, none_hit))
         back = zip(pc.filter(file_of, left).to_pylist(), pc.filter(offsets, left).to_pylist(),
@@ -415,17 +420,19 @@ class NoiseCounter:
 
     def _header_sides(self, start, by_header):
         """Per line, a number standing for the side of the job's window its time is on and its
-        origin, and whether that is known without reading the line in Python.  The time of an ISO
-        stamp rises with its text within one minute (and zone): the lines of one minute and zone
-        share a side when its first and its last stamp do, each read once here (a minute a side
-        changes in, at most two in a job, is read line by line).  The origin is the header's host
-        and program, read once per pair."""
+        origin, and whether that is known without reading the line in Python.  A stamp's time rises
+        with its seconds' text within one minute (and zone, or year): the lines of one minute share
+        a side when its first and its last stamp do, each read once here (a minute a side changes
+        in, at most two in a job, is read line by line).  The origin is the header's host and
+        program, read once per pair (no host: a kernel log's own line, which names none)."""
         pa, pc = self._arrow
-        rows = len(start)
-        dmesg_iso = pc.not_equal(start.field("iso_minute"), pa.scalar(b"", pa.binary()))
+        empty = pa.scalar(b"", pa.binary())
+        dmesg_iso = pc.not_equal(start.field("iso_minute"), empty)
+        dmesg_ctime = pc.not_equal(start.field("ctime_minute"), empty)
 
         def either(name: str):
-            return pc.if_else(dmesg_iso, start.field("iso_" + name), start.field(name))
+            return pc.if_else(dmesg_ctime, start.field("ctime_" + name),
+                              pc.if_else(dmesg_iso, start.field("iso_" + name), start.field(name)))
 
         minute = pc.dictionary_encode(pc.binary_join_element_wise(either("minute"), either("zone"), b"\x00"))
         names = pc.dictionary_encode(pc.binary_join_element_wise(start.field("host"), start.field("prog"), b"\x00"))
@@ -435,8 +442,8 @@ class NoiseCounter:
         if table.num_rows:
             spans = table.group_by("minute", use_threads=False).aggregate([("second", "min"), ("second", "max")])
             for index, low, high in zip(*(spans.column(n).to_pylist() for n in ("minute", "second_min", "second_max"))):
-                stamp, zone = minute.dictionary[index].as_py().split(b"\x00")
-                first, last = (self._time(stamp + b":" + second + zone) for second in (low, high))
+                before, after = minute.dictionary[index].as_py().split(b"\x00")
+                first, last = (self._time(before + b":" + second + after) for second in (low, high))
                 if first is not None and first == last:
                     side_of_minute[index] = sides.setdefault(first, len(sides))
         origin_of_name = []

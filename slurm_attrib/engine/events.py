@@ -11,6 +11,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_attrib.engine.counting import (
+    COUNT_FROM_BYTES, COUNTED_KINDS, Count, NoiseCounter, arrow_available, member_offsets,
+)
 from slurm_attrib.engine.jobwindow import window_side
 from slurm_attrib.ingest.kinds import SLURM_DAEMON_LINE
 from slurm_attrib.ingest.origin import Origin, line_origin
@@ -29,7 +32,6 @@ from slurm_attrib.ingest.timestamps import (
 from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
 from slurm_attrib.provenance import Provenance, supports_verdict
 from slurm_attrib.ruleset.scanner import Hit, Scanner
-from slurm_attrib.engine.counting import COUNT_FROM_BYTES, COUNTED_KINDS, Count, NoiseCounter, arrow_available, member_offsets
 from slurm_attrib.timebounds import sane_time
 
 
