@@ -49,6 +49,7 @@ from slurm_attrib.ruleset.spec import Rule, compiled
 COUNTED_KINDS = ("kernel", "syslog")
 MIN_LINES = 1024  # planned lines (of a window, or of a batch of small files) below which they are read line by line
 BATCH_LINES = 16384  # planned lines of small files counted in one batch (their texts are held meanwhile)
+BATCH_BYTES = 8 * 1024 * 1024  # ... and at most about this many bytes of them (a line is cut after MAX_LINE_CHARS)
 COUNT_FROM_BYTES = 32 * 1024 * 1024  # kernel and syslog bytes of a job from which Arrow is loaded
 # The passes so far must have spared the Python reading of at least this share of the lines they
 # grouped (a group's lines but its first and last); a job whose noise comes in smaller groups (a
@@ -267,7 +268,7 @@ class NoiseCounter:
         if self.stopped or position in self._prepared or not _one_window(files[position]):
             return
         windows: list[_Window] = []
-        planned = 0
+        planned = held = 0
         for file in range(position, len(files)):
             source = files[file]
             if not _one_window(source) or source.kind not in COUNTED_KINDS:
@@ -279,7 +280,8 @@ class NoiseCounter:
                 continue
             windows.append(window)
             planned += len(window.offsets)
-            if planned >= BATCH_LINES:
+            held += sum(map(len, window.texts))
+            if planned >= BATCH_LINES or held >= BATCH_BYTES:
                 break
         if planned < MIN_LINES or planned < PER_FILE_LINES * len(windows):
             # Too few lines, or files too small for their events to gather many lines each.
@@ -312,7 +314,8 @@ class NoiseCounter:
             window.offsets.append(start)
             window.linenos.append(lineno)
             window.plans.append(plan.number)
-            window.texts.append(bytes(data[start:stop if stop >= 0 else end]))
+            stop = end if stop < 0 else stop
+            window.texts.append(bytes(data[start:min(stop, start + MAX_LINE_CHARS + 1)]))  # longer: read in Python
         return window
 
     def _planned(self, window: _Window) -> list[tuple[int, frozenset[int]]]:
