@@ -128,27 +128,16 @@ def counted_rule(rule: Rule) -> bool:
 def _may_be_empty(pattern: str, name: str) -> bool:
     """Whether the named group may match the empty string when it takes part (Arrow gives a group
     that took no part as empty text: the two must not be confused)."""
-    from re import _parser as sre_parser
-
-    try:
-        tree = sre_parser.parse(pattern)
-        number = tree.state.groupdict[name]
-    except Exception:  # noqa: BLE001 - a pattern Python's parser cannot read: not counted
-        return True
-    return _group_width(tree.data, number) in (None, 0)
+    body = _group_body(pattern, name)
+    return body is None or _width(body) == 0
 
 
 def _digits_only(pattern: str, name: str) -> bool:
     """Whether the named group matches one or more ASCII digits and nothing else."""
     from re import _constants as sre_constants
-    from re import _parser as sre_parser
 
-    try:
-        tree = sre_parser.parse(pattern)
-        body = _group_body(tree.data, tree.state.groupdict[name])
-    except Exception:  # noqa: BLE001 - as _may_be_empty
-        return False
-    if body is None or sre_parser.SubPattern(None, body).getwidth()[0] == 0:
+    body = _group_body(pattern, name)
+    if body is None or _width(body) == 0:
         return False
 
     def digits(items) -> bool:
@@ -167,43 +156,41 @@ def _digits_only(pattern: str, name: str) -> bool:
     return digits(body)
 
 
-def _group_body(items, number: int):
-    from re import _constants as sre_constants
-
-    for op, value in items:
-        if op is sre_constants.SUBPATTERN:
-            if value[0] == number:
-                return value[-1]
-            found = _group_body(value[-1], number)
-        elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, sre_constants.POSSESSIVE_REPEAT):
-            found = _group_body(value[2], number)
-        elif op is sre_constants.BRANCH:
-            found = next((b for b in (_group_body(branch, number) for branch in value[1]) if b is not None), None)
-        else:
-            continue
-        if found is not None:
-            return found
-    return None
-
-
-def _group_width(items, number: int) -> int | None:
-    from re import _constants as sre_constants
+def _group_body(pattern: str, name: str):
+    """The parsed items of the named group (Python's parser reads RE2's syntax of the rules);
+    None when it cannot be read: such a rule is not counted."""
     from re import _parser as sre_parser
 
+    try:
+        tree = sre_parser.parse(pattern)
+        return _find_group(tree.data, tree.state.groupdict[name])
+    except Exception:  # noqa: BLE001 - any failure of the parser: not counted
+        return None
+
+
+def _find_group(items, number: int):
+    from re import _constants as sre_constants
+
     for op, value in items:
         if op is sre_constants.SUBPATTERN:
             if value[0] == number:
-                return sre_parser.SubPattern(None, value[-1]).getwidth()[0]
-            found = _group_width(value[-1], number)
+                return value[-1]  # an optional group that takes part is as wide as its body
+            found = _find_group(value[-1], number)
         elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, sre_constants.POSSESSIVE_REPEAT):
-            found = _group_width(value[2], number)  # an optional group that takes part is not empty
+            found = _find_group(value[2], number)
         elif op is sre_constants.BRANCH:
-            found = next((w for w in (_group_width(b, number) for b in value[1]) if w is not None), None)
+            found = next((b for b in (_find_group(branch, number) for branch in value[1]) if b is not None), None)
         else:
             continue
         if found is not None:
             return found
     return None
+
+
+def _width(items) -> int:
+    from re import _parser as sre_parser
+
+    return sre_parser.SubPattern(None, items).getwidth()[0]
 
 
 @dataclass(slots=True)
