@@ -40,7 +40,7 @@ _NCCL_TIME = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\] ")
 _NCCL = re.compile(r"([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[-?\d+\] ")
 _HOST = r"(?P<host>[A-Za-z0-9][\w.-]*)"
 _PROG = r" (?P<prog>[A-Za-z_(][^\s\[:]*)(?:\[\d+\])?:"
-SYSLOG_STAMP = (
+_SYSLOG_STAMP = (
     # RFC 3164, journalctl short / short-precise (optional year)
     r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d{4})?"
     # journalctl short-full
@@ -49,7 +49,7 @@ SYSLOG_STAMP = (
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 )
 SYSLOG_HOST_AND_PROGRAM = " " + _HOST + _PROG  # after the stamp
-_SYSLOG = re.compile(r"(?:<\d{1,3}>)?(?:" + SYSLOG_STAMP + ")" + SYSLOG_HOST_AND_PROGRAM)
+_SYSLOG = re.compile(r"(?:<\d{1,3}>)?(?:" + _SYSLOG_STAMP + ")" + SYSLOG_HOST_AND_PROGRAM)
 # RFC 5424: <pri>1 TIMESTAMP HOST APP PROCID MSGID ...
 _RFC5424 = re.compile(r"<\d{1,3}>1 (?:\S+) " + _HOST + r" ")
 # talosctl dmesg (Talos Linux, Kubernetes nodes): `<node>: kern: warning: [<time>]: <message>`

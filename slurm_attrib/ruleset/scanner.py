@@ -310,7 +310,7 @@ class Scanner:
         if literal_ids is None:
             rules = [self._compiled_rule(r) for r in self._rules_for(line) if kind in r.sources]
         else:
-            rules = self._rules_of(literal_ids, kind)
+            rules = self.rules_on(literal_ids, kind)
         hits = []
         for compiled in rules:
             following = compiled.rule.match.following
@@ -321,11 +321,8 @@ class Scanner:
         return _one_reading_of_a_line(hits)
 
     def rules_on(self, literal_ids: frozenset[int], kind: str) -> list[CompiledRule]:
-        """The rules a candidate line with these literals is read with, in rule id order."""
-        return self._rules_of(literal_ids, kind)
-
-    def _rules_of(self, literal_ids: frozenset[int], kind: str) -> list[CompiledRule]:
-        """The rules of these literals that read this kind of source, in rule id order."""
+        """The rules a candidate line with these literals is read with: those that read this kind
+        of source, in rule id order."""
         rules = self._rules_by_ids.get((literal_ids, kind))
         if rules is None:
             if len(self._rules_by_ids) >= MAX_LITERAL_SETS:
