@@ -84,6 +84,7 @@ class Count:
     last_lineno: int
     lines: int
     literal_ids: frozenset[int]
+    file: int  # the file's number in the evidence
     members: Any  # which lines (Arrow columns and the group's row; member_offsets)
 
 
@@ -298,10 +299,10 @@ class NoiseCounter:
             lineno += data.count(b"\n", position, start)
             position = start
             stop = data.find(b"\n", start, end)
+            stop = end if stop < 0 else stop
             window.offsets.append(start)
             window.linenos.append(lineno)
             window.plans.append(plan.number)
-            stop = end if stop < 0 else stop
             window.texts.append(bytes(data[start:min(stop, start + MAX_LINE_CHARS + 1)]))  # longer: read in Python
         return window
 
@@ -367,7 +368,7 @@ class NoiseCounter:
         found: dict[int, Split] = {w.file: ([], list(w.rest)) for w in windows}
         spared = 0
         for count in self._groups(counted, side, key, plan_of, file_of, offsets, linenos):
-            counts, rest = found[count_file(count)]
+            counts, rest = found[count.file]
             self._grouped += count.lines
             if count.lines > 2:
                 counts.append(count)
@@ -467,18 +468,14 @@ class NoiseCounter:
                       grouped.column("row_count").to_pylist(), grouped.column("plan").to_pylist(),
                       grouped.column("file").to_pylist())
         members = grouped.column("row_list")
-        return [Count(first, last, first_lineno, last_lineno, size, self._plan_list[plan].literal_ids,
-                      (members, row, offsets, linenos, file))
+        return [Count(first, last, first_lineno, last_lineno, size, self._plan_list[plan].literal_ids, file,
+                      (members, row, offsets, linenos))
                 for row, (first, last, first_lineno, last_lineno, size, plan, file) in enumerate(columns)]
-
-
-def count_file(count: Count) -> int:
-    return count.members[4]
 
 
 def member_offsets(count: Count) -> list[tuple[int, int]]:
     """(offset, line number) of each line of a group, in line order (the safety net's path)."""
-    members, row, offsets, linenos, _ = count.members
+    members, row, offsets, linenos = count.members
     rows = sorted(members[row].as_py())
     return list(zip(offsets.take(rows).to_pylist(), linenos.take(rows).to_pylist()))
 
