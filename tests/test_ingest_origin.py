@@ -1,6 +1,6 @@
 import pytest
 
-from slurm_attrib.ingest.origin import Origin, line_origin
+from slurm_attrib.ingest.origin import Origin, line_origin, message_start
 
 
 @pytest.mark.parametrize(
@@ -80,3 +80,11 @@ def test_long_line_is_cheap():
 def test_open_mpi_tag_output_prefix():
     origin = line_origin("[1,2]<stdout>:smc-gpu-03:29880:30398 [0] init.cc:497 NCCL WARN Duplicate GPU detected")
     assert (origin.rank, origin.host) == (2, "smc-gpu-03")
+
+
+@pytest.mark.parametrize("line,start", [
+    (b"0: x", 3), (b"  12: [rank3]:x", 14), (b"[rank3]: Traceback", 9), (b"[1,3]<stdout>:[rank3]:y", 22),
+    (b"[default0]:[rank0]:  File", 21), (b"\t  x", 3), (b"x", 0), (b"node1: x", 0), (b"2024-01-01 x", 0),
+])
+def test_where_the_program_line_starts(line, start):
+    assert message_start(line) == start

@@ -138,3 +138,27 @@ def test_lines_at_both_ends_of_the_buffer():
 )
 def test_pci_ids_are_normalised(raw, expected):
     assert normalise_pci(raw) == expected
+
+
+@pytest.mark.parametrize("prefix", ["", "0: ", " 12: ", "[rank3]:", "[rank3]: ", "[1,3]<stdout>:", "    ", "7: [rank7]: "])
+def test_an_anchored_rule_reads_the_program_line_after_launcher_prefixes_and_indents(prefix):
+    # nccl-tests' closing check is read from the start of the line (`^#`): under `srun --label`,
+    # `mpirun --tag-output`, PyTorch's rank prefix or a post's indent it is still the program's line.
+    scanner = Scanner(RULES, engine="re")
+    line = (prefix + "# Out of bounds values : 0 OK").encode()
+    assert "marker.nccl_tests_ok" in {h.rule.id for h in scanner.scan(line, "app")}
+
+
+def test_an_anchored_rule_still_wants_its_text_at_the_line_start():
+    scanner = Scanner(RULES, engine="re")
+    for line in (b"echo '# Out of bounds values : 0 OK'", b"node1: # Out of bounds values : 0 OK"):
+        assert "marker.nccl_tests_ok" not in {h.rule.id for h in scanner.scan(line, "app")}
+
+
+def test_an_anchored_unless_reads_past_launcher_prefixes_too():
+    # a glog warning line is no error lead, labelled by srun or not
+    scanner = Scanner(RULES, engine="re")
+    line = "W0000 00:00:1715498963.019816  583764 curl_transport.cc:444] Error [28]=Timeout was reached"
+    for text in (line, "0: " + line, "[rank0]:" + line):
+        assert "fallback.app_error_words" not in {h.rule.id for h in scanner.scan(text.encode(), "app")}
+    assert "fallback.app_error_words" in {h.rule.id for h in scanner.scan(b"0: Error [28]=Timeout was reached", "app")}

@@ -44,7 +44,7 @@ from typing import Any
 from slurm_attrib.ingest.origin import SYSLOG_HOST_AND_PROGRAM, Origin, line_origin
 from slurm_attrib.ingest.timestamps import LineTime, parse_line_time
 from slurm_attrib.ruleset.scanner import MAX_LINE_CHARS, CompiledRule, Scanner
-from slurm_attrib.ruleset.spec import Rule, compiled
+from slurm_attrib.ruleset.spec import Rule, anchored, compiled
 
 COUNTED_KINDS = ("kernel", "syslog")
 MIN_LINES = 1024  # planned lines (of a window, or of a batch of small files) below which they are read line by line
@@ -114,6 +114,8 @@ def counted_rule(rule: Rule) -> bool:
         return False
     if event.ends or match.following or match.requires or match.capture:
         return False
+    if match.anchored or any(map(anchored, match.unless)):
+        return False  # read again after a launcher's prefix or an indent (origin.message_start), which Arrow does not
     regex = compiled(match.regex, match.ignore_case)
     if regex.groups != len(regex.groupindex):
         return False  # Arrow reads named groups only

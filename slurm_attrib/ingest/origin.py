@@ -32,10 +32,14 @@ class Origin:
 
 NO_ORIGIN = Origin()
 
-_LABEL = re.compile(r" {0,6}(\d{1,6}): ")
-_MPI_TAG = re.compile(r"\[\d{1,6},(\d{1,7})\]<std(?:out|err)>:")
-_DEFAULT_PREFIX = re.compile(r"\[default\d{1,5}\]:")
-_RANK_PREFIX = re.compile(r"\[(?:rank|RANK)(\d{1,7})\]:")
+# The prefixes launchers put before a program's own line, in the order they combine: srun --label,
+# mpirun --tag-output, torchrun's [defaultN]: (a local rank), PyTorch's [rankN]:.
+_LAUNCHER_PREFIXES = (r" {0,6}(\d{1,6}): ", r"\[\d{1,6},(\d{1,7})\]<std(?:out|err)>:", r"\[default\d{1,5}\]:",
+                      r"\[(?:rank|RANK)(\d{1,7})\]:")
+_LABEL, _MPI_TAG, _DEFAULT_PREFIX, _RANK_PREFIX = map(re.compile, _LAUNCHER_PREFIXES)
+# ... and where the program's own line begins: after them and the blanks that follow (PyTorch's
+# Python-side lines put a space after `[rankN]:`; a log pasted into a post is often indented).
+_MESSAGE_START = re.compile(("".join(f"(?:{p})?" for p in _LAUNCHER_PREFIXES) + "[ \\t]*").encode())
 _NCCL_TIME = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\] ")
 _NCCL = re.compile(r"([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[-?\d+\] ")
 _HOST = r"(?P<host>[A-Za-z0-9][\w.-]*)"
@@ -66,6 +70,11 @@ def _short(host: str) -> str | None:
     if _IP.fullmatch(host):
         return host
     return host.split(".", 1)[0] or None
+
+
+def message_start(line: bytes) -> int:
+    """Where the program's own line begins, after the launchers' prefixes and blanks (0: at once)."""
+    return _MESSAGE_START.match(line).end()
 
 
 def line_origin(text: str) -> Origin:

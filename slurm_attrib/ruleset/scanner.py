@@ -29,8 +29,9 @@ from typing import Any
 
 import re2
 
+from slurm_attrib.ingest.origin import message_start
 from slurm_attrib.ruleset.hooks import HOOKS, decode_fields
-from slurm_attrib.ruleset.spec import Rule, compiled
+from slurm_attrib.ruleset.spec import Rule, anchored as _anchored, compiled
 
 try:  # optional accelerator, same results
     import hyperscan
@@ -449,25 +450,34 @@ class Regex:
 class CompiledRule:
     """A rule's regexes, compiled once: `regex` on the text, the others on the matched line."""
 
-    __slots__ = ("rule", "regex", "unless", "requires", "capture", "_casts")
+    __slots__ = ("rule", "regex", "unless", "requires", "capture", "anchored", "_casts")
 
     def __init__(self, rule: Rule):
         ignore_case = rule.match.ignore_case
         self.rule = rule
         self.regex = Regex(rule.match.regex, ignore_case)
-        self.unless = [Regex(u, ignore_case) for u in rule.match.unless]
+        self.unless = [(Regex(u, ignore_case), _anchored(u)) for u in rule.match.unless]
         # `requires` and `capture` with, as for `regex`, their casts: per named group (name,
         # number, cast), so that fields are read from the spans, with no dict per search.
         self.requires = [(regex, _casts_of(regex, rule)) for regex in (Regex(r, ignore_case) for r in rule.match.requires)]
         self.capture = [(regex, _casts_of(regex, rule)) for regex in (Regex(c, ignore_case) for c in rule.match.capture)]
+        self.anchored = rule.match.anchored
         self._casts = _casts_of(self.regex, rule)
 
     def fields(self, text: bytes, line: bytes) -> dict[str, Any] | None:
         """The hit's fields, cast as the rule says: the named groups of `requires` and `capture`
         (read on the line, as the lookaheads they stand for were) and of `regex` (on the text; no
-        name is in two of them: schema); None when the text does not match or a value does not cast."""
+        name is in two of them: schema); None when the text does not match or a value does not cast.
+        A regex anchored at the line's start also reads the program's line after the launchers'
+        prefixes and blanks (`0: `, `[rank3]: `, an indent) when it does not match before them, and
+        so does each `unless`."""
         spans = self.regex.spans(text)
-        if spans is None or (self.unless and any(u.spans(text) is not None for u in self.unless)):
+        if spans is None and self.anchored:
+            start = message_start(text)
+            if start:
+                text = text[start:]
+                spans = self.regex.spans(text)
+        if spans is None or (self.unless and self._excluded(text)):
             return None
         fields: dict[str, Any] = {}
         for regex, casts in self.requires:
@@ -479,6 +489,16 @@ class CompiledRule:
             if captured is not None and not _cast_into(fields, casts, line, captured):
                 return None
         return fields if _cast_into(fields, self._casts, text, spans) else None
+
+
+    def _excluded(self, text: bytes) -> bool:
+        for unless, anchored in self.unless:
+            if unless.spans(text) is not None:
+                return True
+            start = message_start(text) if anchored else 0
+            if start and unless.spans(text[start:]) is not None:
+                return True
+        return False
 
 
 def _casts_of(regex: Regex, rule: Rule) -> list[tuple[str, int, Any]]:

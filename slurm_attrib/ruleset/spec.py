@@ -87,6 +87,34 @@ def group_names(capture: list[str], requires: list[str], regex: str) -> list[str
     return [name for pattern in [*capture, *requires, regex] for name in compiled(pattern).groupindex]
 
 
+@cache
+def anchored(pattern: str) -> bool:
+    """Whether a `^` of the pattern ties a match to the line's start (one followed by `.*` does not)."""
+    from re import _constants as sre_constants
+    from re import _parser as sre_parser
+
+    def ties(items) -> bool:
+        items = list(items)
+        for index, (op, value) in enumerate(items):
+            if op is sre_constants.AT and value is sre_constants.AT_BEGINNING:
+                after = items[index + 1] if index + 1 < len(items) else None
+                if after is None or not (after[0] in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT)
+                                         and list(after[1][2]) == [(sre_constants.ANY, None)]):
+                    return True
+            elif op is sre_constants.SUBPATTERN and ties(value[-1]):
+                return True
+            elif op is sre_constants.BRANCH and any(ties(branch) for branch in value[1]):
+                return True
+            elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT) and ties(value[2]):
+                return True
+        return False
+
+    try:
+        return ties(sre_parser.parse(pattern).data)
+    except Exception:  # noqa: BLE001 - RE2 syntax Python's parser does not read: not tried again
+        return False
+
+
 @dataclass(frozen=True)
 class Match:
     contains: list[str]
@@ -99,6 +127,12 @@ class Match:
 
     def group_names(self) -> list[str]:
         return group_names(self.capture, self.requires, self.regex)
+
+    @property
+    def anchored(self) -> bool:
+        """Whether the regex (or one of its branches) reads from the start of the program's line
+        (`^`, not `^.*`): it is also tried after the launchers' prefixes and blanks (ingest.origin.message_start)."""
+        return anchored(self.regex)
 
 
 @dataclass(frozen=True)

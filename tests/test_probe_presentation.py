@@ -1,0 +1,33 @@
+"""contrib/dev/probe-presentation: how a diagnosis stands up to how its log is presented."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = ROOT / "contrib" / "dev" / "probe-presentation"
+CASES = ["713-nccl1706-allreduce-perf-2gpu-ok-destroy-complete", "709-privategpt326-illegal-instruction-no-avx2"]
+
+
+@pytest.mark.parametrize("how", ["label", "rank", "indent", "crlf"])
+def test_labelled_ranked_indented_or_crlf_logs_read_alike(tmp_path, how):
+    # nccl-tests' closing check and a shell's signal line are read from the start of the program's
+    # line: a launcher's prefix or a post's indent before it changes nothing
+    for name in CASES:
+        shutil.copytree(ROOT / "tests" / "data" / "public_excerpts" / name, tmp_path / "set" / name)
+    done = subprocess.run([sys.executable, str(PROBE), how, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == f"{how}: 0 of 2 cases changed"
+
+
+def test_a_changed_verdict_is_listed(tmp_path):
+    case = tmp_path / "set" / "one"
+    case.mkdir(parents=True)
+    (case / "expected.yaml").write_text("domain: none\ncategory: success\n")
+    # a syslog line pasted into job output does not come labelled: labelled, its header is not read
+    (case / "log.txt").write_text("Mar 24 09:53:55 cn110 kernel: python[3551]: segfault at 1378 ip 00007fff859dbeff"
+                                  " sp 00007fff3b60ce60 error 4 in libcuda.so.418.67[7fff858c5000+dec000]\n")
+    done = subprocess.run([sys.executable, str(PROBE), "label", str(tmp_path)], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "label: 1 of 1 cases changed", done.stdout
