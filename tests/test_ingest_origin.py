@@ -84,7 +84,7 @@ def test_open_mpi_tag_output_prefix():
 
 @pytest.mark.parametrize("line,start", [
     (b"0: x", 3), (b"  12: [rank3]:x", 14), (b"[rank3]: Traceback", 9), (b"[1,3]<stdout>:[rank3]:y", 22),
-    (b"[default0]:[rank0]:  File", 21), (b"\t  x", 3), (b"x", 0), (b"node1: x", 0), (b"2024-01-01 x", 0),
+    (b"[default0]:[rank0]:  File", 21), (b"\t  x", 3), (b"2024-05-01T10:00:00.123456789Z stderr F 0: x", 43), (b"x", 0), (b"node1: x", 0), (b"2024-01-01 x", 0),
 ])
 def test_where_the_program_line_starts(line, start):
     assert message_start(line) == start

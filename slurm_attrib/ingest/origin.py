@@ -37,9 +37,11 @@ NO_ORIGIN = Origin()
 _LAUNCHER_PREFIXES = (r" {0,6}(\d{1,6}): ", r"\[\d{1,6},(\d{1,7})\]<std(?:out|err)>:", r"\[default\d{1,5}\]:",
                       r"\[(?:rank|RANK)(\d{1,7})\]:")
 _LABEL, _MPI_TAG, _DEFAULT_PREFIX, _RANK_PREFIX = map(re.compile, _LAUNCHER_PREFIXES)
-# ... and where the program's own line begins: after them and the blanks that follow (PyTorch's
+# ... and where the program's own line begins: after them (and after a container runtime's log
+# prefix, Kubernetes' CRI format `<RFC 3339 time> stdout F `) and the blanks that follow (PyTorch's
 # Python-side lines put a space after `[rankN]:`; a log pasted into a post is often indented).
-_MESSAGE_START = re.compile(("".join(f"(?:{p})?" for p in _LAUNCHER_PREFIXES) + "[ \\t]*").encode())
+_CONTAINER_LOG = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d) (?:stdout|stderr) [FP] "
+_MESSAGE_START = re.compile(("(?:" + _CONTAINER_LOG + ")?" + "".join(f"(?:{p})?" for p in _LAUNCHER_PREFIXES) + "[ \\t]*").encode())
 _NCCL_TIME = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\] ")
 _NCCL = re.compile(r"([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[-?\d+\] ")
 _HOST = r"(?P<host>[A-Za-z0-9][\w.-]*)"
