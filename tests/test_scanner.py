@@ -162,3 +162,13 @@ def test_an_anchored_unless_reads_past_launcher_prefixes_too():
     for text in (line, "0: " + line, "[rank0]:" + line):
         assert "fallback.app_error_words" not in {h.rule.id for h in scanner.scan(text.encode(), "app")}
     assert "fallback.app_error_words" in {h.rule.id for h in scanner.scan(b"0: Error [28]=Timeout was reached", "app")}
+
+
+def test_terminal_colour_codes_are_no_part_of_a_line():
+    # tools that force colour into files (rich, loguru, FORCE_COLOR) wrap words in ECMA-48 codes
+    scanner = Scanner(RULES, engine="re")
+    plain = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    coloured = "\x1b[31;1mRuntimeError\x1b[0m: CUDA error: an illegal memory access was encountered\x1b[0m\x1b[K"
+    [hit] = [h for h in scanner.scan(coloured.encode(), "app") if h.rule.id == "cuda.illegal_memory_access"]
+    [expected] = [h for h in scanner.scan(plain.encode(), "app") if h.rule.id == "cuda.illegal_memory_access"]
+    assert (hit.text, hit.fields) == (plain, expected.fields)

@@ -13,7 +13,7 @@ are counted ahead, many files to one pass (NoiseCounter.prepare): each of Arrow'
 about a millisecond, whatever it reads.
 
 A line is counted only where both ways are sure to read it alike:
-- the window is ASCII, with no NUL or CR (the scanner reads such a line's bytes as they are), and
+- the window is ASCII, with no NUL, CR or escape (the scanner reads such a line's bytes as they are), and
   the line is no longer than the scanner reads;
 - its rule set holds one rule that collapses, with no hook, decode, ends, following lines, requires
   or capture, whose regex names all its groups and whose key values can neither be empty nor fail
@@ -289,7 +289,7 @@ class NoiseCounter:
         if kind not in COUNTED_KINDS or not candidates:
             return candidates
         body = data[begin:end]
-        if not body.isascii() or b"\x00" in body or b"\r" in body:
+        if not body.isascii() or b"\x00" in body or b"\r" in body or b"\x1b" in body:
             return candidates
         window = _Window(file)
         lineno, position = first_line, begin

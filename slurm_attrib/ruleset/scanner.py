@@ -574,7 +574,8 @@ def _line_at(data: bytes, start: int) -> tuple[str, bytes]:
     """The line at `start` as _decode gives it, and its UTF-8: a plain ASCII line's own bytes,
     without a round trip through str."""
     raw = _raw_line(data, start)
-    if raw.isascii() and len(raw) <= MAX_LINE_CHARS and b"\x00" not in raw and not raw.endswith(b"\r"):
+    if (raw.isascii() and len(raw) <= MAX_LINE_CHARS and b"\x00" not in raw and not raw.endswith(b"\r")
+            and b"\x1b" not in raw):
         return raw.decode("ascii"), bytes(raw)
     text = _text_of(raw)
     return text, text.encode()
@@ -587,8 +588,15 @@ def _raw_line(data: bytes, start: int) -> bytes:
     return data[start : min(end, start + MAX_LINE_CHARS * 4)]
 
 
+# Terminal colour and cursor codes (ECMA-48 control sequences and two-byte escapes), which tools
+# print into files too (FORCE_COLOR, rich, loguru, Ray's prefixes): no part of what a line says.
+_TERMINAL_CODES = re2.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
+
+
 def _text_of(raw: bytes) -> str:
     text = raw.decode("utf-8", errors="replace").replace("\x00", "").rstrip("\r")
+    if "\x1b" in text:
+        text = _TERMINAL_CODES.sub("", text)
     return text[:MAX_LINE_CHARS]
 
 
