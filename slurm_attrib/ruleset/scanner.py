@@ -490,7 +490,6 @@ class CompiledRule:
                 return None
         return fields if _cast_into(fields, self._casts, text, spans) else None
 
-
     def _excluded(self, text: bytes) -> bool:
         for unless, anchored in self.unless:
             if unless.spans(text) is not None:
