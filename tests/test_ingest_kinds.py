@@ -109,6 +109,13 @@ epoch 1 loss 0.3
 LOSS_LINES = b"Epoch: [0][415/1736]\t Loss 0.5844 MAE 0.6568\nKilled\n"
 
 
+# UCX's own stamp is the UNIX time in dmesg's brackets: job output, not a kernel log
+UCX_LINES = (
+    b"[1668693503.473099] [ampere:1188443:0]          ib_log.c:246  UCX  ERROR mlx5_0: ibv_create_cq() failed: Cannot allocate memory\n"
+    b"[1668693503.473424] [ampere:1188442:0]          ib_log.c:246  UCX  ERROR mlx5_0: ibv_create_cq() failed: Cannot allocate memory\n"
+)
+
+
 @pytest.mark.parametrize(
     "data, kind",
     [
@@ -134,6 +141,7 @@ LOSS_LINES = b"Epoch: [0][415/1736]\t Loss 0.5844 MAE 0.6568\nKilled\n"
         (APP, "app"),
         (APP_WITH_SMI_TABLE, "app"),
         (APP_LOOKS_TABULAR, "app"),
+        (UCX_LINES, "app"),
         (LOSS_LINES, "app"),
         (b"\x00\x01\x02\xff\xfe garbage \x00\n\x89PNG\r\n", "app"),
     ],

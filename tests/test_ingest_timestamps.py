@@ -31,6 +31,10 @@ T = utc(2024, 12, 2, 13, 4, 6)
         # dmesg, seconds since boot
         ("[  123.456789] NVRM: Xid (PCI:0000:a1:00): 79, GPU has fallen off the bus.", None, None, 123.456789),
         ("[25033.266922] nvidia-peermem nv_get_p2p_free_callback:127 ERROR", 2024, None, 25033.266922),
+        # ten digits are no uptime (31 years) but UCX's gettimeofday
+        ("[1668693503.473099] [ampere:1188443:0]   ib_log.c:246  UCX  ERROR mlx5_0: ibv_create_cq() failed", None,
+         utc(2022, 11, 17, 13, 58, 23, 0.473099), None),
+        ("[999999999.500000] uptime of 31 years, still read as one", None, None, 999999999.5),
         # dmesg -T (the year is in the line)
         ("[Tue Apr  9 01:21:38 2024] NVRM: Xid (PCI:0000:a1:00): 79", None, utc(2024, 4, 9, 1, 21, 38), None),
         # dmesg --time-format iso
