@@ -141,3 +141,4 @@ class Diagnosis(Model):
     # The policy rows (rules/policies) that decided the rest, "pol.quality: <row>": for `sattrib
     # explain`, not part of the diagnosis' JSON.
     _policy_rows: list[str] = PrivateAttr(default_factory=list)
+    _second_look: bool = PrivateAttr(default=False)  # its outcome row wants the fallback rules' reading (Row.second_look)

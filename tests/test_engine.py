@@ -458,7 +458,8 @@ def test_a_line_a_rule_proper_reads_is_no_lead(tmp_path):
 
 
 def test_errors_the_program_outlived_are_no_failure(tmp_path):
-    log = ("[1668693503.473099] [ampere:1188443:0] ib_log.c:246  UCX  ERROR mlx5_0: some new failure wording\n"
+    # UCX stamps its lines with the UNIX time: 2026-12-02T13:10:00Z, inside the job's window
+    log = ("[1796217000.473099] [ampere:1188443:0] ib_log.c:246  UCX  ERROR mlx5_0: some new failure wording\n"
            "# nThread 1 nGpus 1 minBytes 8 maxBytes 1024 step: 2(factor) warmup iters: 5 iters: 20\n"
            "           8             2     float     sum      -1    45.82    0.00    0.00      0    38.17    0.00    0.00      0\n")
     diagnosis = analyze_path(write_job(tmp_path / "ok", {"log.txt": log}, state=None))

@@ -189,3 +189,19 @@ def test_a_site_drain_table_cannot_drain_on_lines_a_user_wrote(tmp_path):
     failures = {f.test: f.got for f in check_policy(load_policy("drain", (tmp_path,)), (tmp_path,))}
     assert "the same fault claimed only in the job's output" not in failures  # still no drain
     assert failures == {"a kernel line that hedges its own meaning is not sure enough": ["gpu03"]}
+
+
+def test_a_harmless_message_does_not_hide_an_error_only_the_second_look_reads(tmp_path):
+    """The outcome row of harmless messages lets the second look overturn it (`second_look`): every
+    TensorFlow job prints its CPU-feature notice, which says nothing of the error after it."""
+    from slurm_attrib.engine.pipeline import judge_path
+
+    notice = ("2026-12-02 13:00:00.000000: I tensorflow/core/platform/cpu_feature_guard.cc:193] This TensorFlow binary is "
+              "optimized with oneAPI Deep Neural Network Library (oneDNN) to use the following CPU instructions in "
+              "performance-critical operations:  AVX2 FMA\n")
+    (tmp_path / "slurm-77.out").write_text(notice + "Fatal error: the solver diverged at step 12, aborting\n")
+    diagnosis, _ = judge_path(tmp_path)
+    assert (diagnosis.category, diagnosis.quality) == ("app_exception", "insufficient")
+    (tmp_path / "slurm-77.out").write_text(notice)
+    diagnosis, _ = judge_path(tmp_path)
+    assert (diagnosis.category, diagnosis.quality) == ("success", "likely")

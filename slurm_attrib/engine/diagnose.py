@@ -56,6 +56,7 @@ def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_
         decided_by=_decided_by(verdict, events),
     )
     diagnosis._policy_rows = list(verdict.rows)
+    diagnosis._second_look = verdict.second_look
     return diagnosis, events
 
 

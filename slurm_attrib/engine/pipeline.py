@@ -34,13 +34,16 @@ def analyze_evidence(evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> Di
 
 
 def judge_evidence(evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> tuple[Diagnosis, list[Event]]:
-    """The rules proper first; when they find a failure but no origin (`no_evidence`), a second
-    look with the fallback rules too, whose generic wordings can only give a lead.  With the
+    """The rules proper first; when they find a failure but no origin (`no_evidence`), or their
+    verdict is one an outcome row lets the second look overturn (`second_look`: only messages known
+    to be harmless), a second look with the fallback rules too, whose generic wordings can only give a lead.  With the
     diagnosis, the events as the judgement left them (`sattrib explain`, the relations' tests).
     Without cycle collection passes (collection.py): they cost a fifth of a large job's analysis."""
     with no_cycle_collection():
         judged = _analyze(evidence, _scanner(rule_dirs), rule_dirs)
-        if judged[0].category != "no_evidence" and not _inferred_from_the_ending(judged[1], rule_dirs):
+        diagnosis = judged[0]
+        if (diagnosis.category != "no_evidence" and not diagnosis._second_look
+                and not _inferred_from_the_ending(judged[1], rule_dirs)):
             return judged
         return _analyze(evidence, _scanner(rule_dirs, second_look=True), rule_dirs)
 

@@ -107,7 +107,8 @@ def outcome_of(events: list[Event], evidence: Evidence, rule_dirs: tuple[Path, .
         found = found or outcome.Found()
         verdict = Verdict(domain=DOMAIN_OF_CATEGORY[row.outcome.category], category=row.outcome.category,
                           quality=row.outcome.quality, culprits=found.nodes, hang=found.hang,
-                          rows=[_named("outcome", row, rule_dirs, f"{row.outcome.category}/{row.outcome.quality}")])
+                          rows=[_named("outcome", row, rule_dirs, f"{row.outcome.category}/{row.outcome.quality}")],
+                          second_look=row.second_look)
         verdict.notes += found.notes
         if row.note:
             verdict.notes.append(fill(row.note, found.values))

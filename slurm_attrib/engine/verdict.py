@@ -21,3 +21,4 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
     hang: HangFinding | None = None  # the rank a hang began from, read from stack or flight-recorder dumps
     rows: list[str] = field(default_factory=list)  # the policy rows that decided it: "pol.quality: <row name>"
+    second_look: bool = False  # the outcome row wants the job read again with the fallback rules (Row.second_look)

@@ -127,6 +127,9 @@ class Row(Strict):
     systemic: bool | None = None  # systemic: what the row gives ...
     spread: Spread | None = None  # ... or how far the cause must spread to be systemic
     note: str = ""
+    # outcome: a verdict the second look's rules may overturn (rules/fallback.yaml): the job is read
+    # again with them, and what that reading decides stands (a lead it finds wins)
+    second_look: bool = False
 
     @property
     def decides(self) -> bool:
