@@ -42,7 +42,9 @@ cause: its rows give `outcome: {category: ..., quality: ...}` (the domain is the
 conditions on the job's state and on what its events show (`any:` an event matcher that some event
 must hold for), and may name a finder of engine/outcome.py (`by: hang_suspect`): a row whose finder
 finds nothing decides without culprits, or with `or_next: true` lets the next row decide; a
-row's note is filled from what its finder found.  A drain row gives `drain: true` or `false`: whether
+row's note is filled from what its finder found; `second_look: true` lets the second look (the
+fallback rules, engine/pipeline.py) overturn what the row gives: the job is read again with them, and
+what that reading decides stands.  A drain row gives `drain: true` or `false`: whether
 the culprit nodes are drained (engine/policy.drains_of: never on a fault a user's lines report,
 whatever a site's table says).  A systemic row gives `systemic: false`, or `spread: {nodes: 3, within: 300}`:
 systemic when the candidate causes of the chosen one's category stand on at least that many nodes
