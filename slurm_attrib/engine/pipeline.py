@@ -36,8 +36,9 @@ def analyze_evidence(evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> Di
 def judge_evidence(evidence: Evidence, rule_dirs: tuple[Path, ...] = ()) -> tuple[Diagnosis, list[Event]]:
     """The rules proper first; when they find a failure but no origin (`no_evidence`), or their
     verdict is one an outcome row lets the second look overturn (`second_look`: only messages known
-    to be harmless), a second look with the fallback rules too, whose generic wordings can only give a lead.  With the
-    diagnosis, the events as the judgement left them (`sattrib explain`, the relations' tests).
+    to be harmless), a second look with the fallback rules too, whose generic wordings can only
+    give a lead.  With the diagnosis, the events as the judgement left them (`sattrib explain`, the
+    relations' tests).
     Without cycle collection passes (collection.py): they cost a fifth of a large job's analysis."""
     with no_cycle_collection():
         judged = _analyze(evidence, _scanner(rule_dirs), rule_dirs)
