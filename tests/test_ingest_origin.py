@@ -1,6 +1,6 @@
 import pytest
 
-from slurm_attrib.ingest.origin import Origin, line_origin, message_start
+from slurm_attrib.ingest.origin import Origin, launcher_prefix_end, line_origin
 
 
 @pytest.mark.parametrize(
@@ -83,8 +83,10 @@ def test_open_mpi_tag_output_prefix():
 
 
 @pytest.mark.parametrize("line,start", [
-    (b"0: x", 3), (b"  12: [rank3]:x", 14), (b"[rank3]: Traceback", 9), (b"[1,3]<stdout>:[rank3]:y", 22),
-    (b"[default0]:[rank0]:  File", 21), (b"\t  x", 3), (b"2024-05-01T10:00:00.123456789Z stderr F 0: x", 43), (b"x", 0), (b"node1: x", 0), (b"2024-01-01 x", 0),
+    (b"0: x", 3), (b"  12: [rank3]:x", 14), (b"[rank3]: Traceback", 8), (b"[1,3]<stdout>:[rank3]:y", 22),
+    (b"[default0]:[rank0]:  File", 19), (b"\t  x", 0), (b"2024-05-01T10:00:00.123456789Z stderr F 0: x", 43),
+    (b"(RayTrainWorker pid=4242, ip=10.0.0.7) x", 39), (b"0: (pid=12) [rank0]: x", 20), (b"(raylet) x", 9),
+    (b"x", 0), (b"node1: x", 0), (b"2024-01-01 x", 0), (b"(not ray) x", 0),
 ])
-def test_where_the_program_line_starts(line, start):
-    assert message_start(line) == start
+def test_where_the_launchers_prefixes_end(line, start):
+    assert launcher_prefix_end(line) == start

@@ -172,3 +172,14 @@ def test_terminal_colour_codes_are_no_part_of_a_line():
     [hit] = [h for h in scanner.scan(coloured.encode(), "app") if h.rule.id == "cuda.illegal_memory_access"]
     [expected] = [h for h in scanner.scan(plain.encode(), "app") if h.rule.id == "cuda.illegal_memory_access"]
     assert (hit.text, hit.fields) == (plain, expected.fields)
+
+
+def test_an_anchored_rule_never_reads_a_launchers_prefix():
+    # `(RayTrainWorker ...)` is Ray's, not the program's: its 'Train' makes no progress bar a training one
+    scanner = Scanner(RULES, engine="re")
+    bar = "Processing dataset chunks: 100%|##########| 106/106 [00:11<00:00,  9.45it/s]"
+    for prefix in ("", "(RayTrainWorker pid=4242, ip=10.0.0.7) ", "0: "):
+        hits = {h.rule.id for h in scanner.scan((prefix + bar).encode(), "app")}
+        assert "marker.training_progress_done" not in hits, prefix
+    hits = {h.rule.id for h in scanner.scan(b"(pid=4242) Training: 100%|##########| 500/500 [00:11<00:00]", "app")}
+    assert "marker.training_progress_done" in hits

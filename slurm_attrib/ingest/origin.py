@@ -38,10 +38,14 @@ _LAUNCHER_PREFIXES = (r" {0,6}(\d{1,6}): ", r"\[\d{1,6},(\d{1,7})\]<std(?:out|er
                       r"\[(?:rank|RANK)(\d{1,7})\]:")
 _LABEL, _MPI_TAG, _DEFAULT_PREFIX, _RANK_PREFIX = map(re.compile, _LAUNCHER_PREFIXES)
 # ... and where the program's own line begins: after them (and after a container runtime's log
-# prefix, Kubernetes' CRI format `<RFC 3339 time> stdout F `) and the blanks that follow (PyTorch's
+# prefix, Kubernetes' CRI format `<RFC 3339 time> stdout F `, and Ray's) and the blanks that follow (PyTorch's
 # Python-side lines put a space after `[rankN]:`; a log pasted into a post is often indented).
 _CONTAINER_LOG = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d) (?:stdout|stderr) [FP] "
-_MESSAGE_START = re.compile(("(?:" + _CONTAINER_LOG + ")?" + "".join(f"(?:{p})?" for p in _LAUNCHER_PREFIXES) + "[ \\t]*").encode())
+# Ray's driver puts the worker or daemon a line came from before it: `(RayTrainWorker pid=4242,
+# ip=10.0.0.7) `, `(pid=4242) `, `(raylet, ip=10.0.0.7) `.
+_RAY_PREFIX = r"\((?:[\w.-]+ pid=\d+|pid=\d+|raylet)(?:, ip=[\d.]+)?\) "
+_LAUNCHER_PREFIX = re.compile(("(?:" + _CONTAINER_LOG + ")?" + "".join(f"(?:{p})?" for p in _LAUNCHER_PREFIXES[:2])
+                               + "(?:" + _RAY_PREFIX + ")?" + "".join(f"(?:{p})?" for p in _LAUNCHER_PREFIXES[2:])).encode())
 _NCCL_TIME = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\] ")
 _NCCL = re.compile(r"([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[-?\d+\] ")
 _HOST = r"(?P<host>[A-Za-z0-9][\w.-]*)"
@@ -74,9 +78,9 @@ def _short(host: str) -> str | None:
     return host.split(".", 1)[0] or None
 
 
-def message_start(line: bytes) -> int:
-    """Where the program's own line begins, after the launchers' prefixes and blanks (0: at once)."""
-    return _MESSAGE_START.match(line).end()
+def launcher_prefix_end(line: bytes) -> int:
+    """Where the launchers' prefixes before the program's own line end (0: it has none)."""
+    return _LAUNCHER_PREFIX.match(line).end()
 
 
 def line_origin(text: str) -> Origin:

@@ -29,7 +29,7 @@ from typing import Any
 
 import re2
 
-from slurm_attrib.ingest.origin import message_start
+from slurm_attrib.ingest.origin import launcher_prefix_end
 from slurm_attrib.ruleset.hooks import HOOKS, decode_fields
 from slurm_attrib.ruleset.spec import Rule, anchored as _anchored, compiled
 
@@ -468,15 +468,12 @@ class CompiledRule:
         """The hit's fields, cast as the rule says: the named groups of `requires` and `capture`
         (read on the line, as the lookaheads they stand for were) and of `regex` (on the text; no
         name is in two of them: schema); None when the text does not match or a value does not cast.
-        A regex anchored at the line's start also reads the program's line after the launchers'
-        prefixes and blanks (`0: `, `[rank3]: `, an indent) when it does not match before them, and
-        so does each `unless`."""
-        spans = self.regex.spans(text)
-        if spans is None and self.anchored:
-            start = message_start(text)
-            if start:
-                text = text[start:]
-                spans = self.regex.spans(text)
+        A regex anchored at the line's start reads the program's line: after the launchers'
+        prefixes (`0: `, `[rank3]: `, Ray's `(pid=N) `), and after its blanks (an indent) when it does
+        not match before them; and so does each anchored `unless`."""
+        spans = _anchored_spans(self.regex, text) if self.anchored else self.regex.spans(text)
+        if spans is not None and self.anchored:
+            spans, text = spans
         if spans is None or (self.unless and self._excluded(text)):
             return None
         fields: dict[str, Any] = {}
@@ -491,13 +488,20 @@ class CompiledRule:
         return fields if _cast_into(fields, self._casts, text, spans) else None
 
     def _excluded(self, text: bytes) -> bool:
-        for unless, anchored in self.unless:
-            if unless.spans(text) is not None:
-                return True
-            start = message_start(text) if anchored else 0
-            if start and unless.spans(text[start:]) is not None:
-                return True
-        return False
+        return any((_anchored_spans(unless, text) if anchored else unless.spans(text)) is not None
+                   for unless, anchored in self.unless)
+
+
+def _anchored_spans(regex: Regex, text: bytes) -> tuple[list[tuple[int, int]], bytes] | None:
+    """An anchored regex's match on the program's line, and that line: after the launchers'
+    prefixes (never read: they are not the program's), then after its blanks if need be."""
+    line = text[launcher_prefix_end(text):]
+    spans = regex.spans(line)
+    if spans is None:
+        unindented = line.lstrip(b" \t")
+        if len(unindented) < len(line):
+            line, spans = unindented, regex.spans(unindented)
+    return None if spans is None else (spans, line)
 
 
 def _casts_of(regex: Regex, rule: Rule) -> list[tuple[str, int, Any]]:
