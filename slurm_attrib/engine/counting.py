@@ -115,7 +115,7 @@ def counted_rule(rule: Rule) -> bool:
     if event.ends or match.following or match.requires or match.capture:
         return False
     if match.anchored or any(map(anchored, match.unless)):
-        return False  # read again after a launcher's prefix or an indent (scanner._anchored_spans), which Arrow does not
+        return False  # read again after a launcher's prefix or an indent (scanner._read), which Arrow does not
     regex = compiled(match.regex, match.ignore_case)
     if regex.groups != len(regex.groupindex):
         return False  # Arrow reads named groups only

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+from slurm_attrib.ingest.timestamps import UNIX_TIME_DIGITS
+
 HEAD_BYTES = 64 * 1024
 TAIL_BYTES = 16 * 1024
 HEAD_LINES = 200
@@ -27,8 +29,8 @@ TAIL_LINES = 50
 MAX_SAMPLE_LINE = 400
 
 _KERNEL_LINE = re.compile(
-    # [  123.45], [ +0.0003], -d; ten digits are a UNIX time, not an uptime (timestamps._bracketed)
-    r"(?:<\d>)?\[\s*(?:\d{1,9}\.\d+(?: <\s*\d+\.\d+>)?|[+-]\d+\.\d+)\]"
+    # [  123.45], [ +0.0003], -d; from UNIX_TIME_DIGITS digits on, a UNIX time (UCX), not an uptime
+    rf"(?:<\d>)?\[\s*(?:\d{{1,{UNIX_TIME_DIGITS - 1}}}\.\d+(?: <\s*\d+\.\d+>)?|[+-]\d+\.\d+)\]"
     r"|\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
     r" +\d{1,2} \d\d:\d\d:\d\d \d{4}\]"  # dmesg -T
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}[+-]\d\d:\d\d "  # dmesg --time-format iso

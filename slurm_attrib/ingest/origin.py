@@ -37,15 +37,14 @@ NO_ORIGIN = Origin()
 _LAUNCHER_PREFIXES = (r" {0,6}(\d{1,6}): ", r"\[\d{1,6},(\d{1,7})\]<std(?:out|err)>:", r"\[default\d{1,5}\]:",
                       r"\[(?:rank|RANK)(\d{1,7})\]:")
 _LABEL, _MPI_TAG, _DEFAULT_PREFIX, _RANK_PREFIX = map(re.compile, _LAUNCHER_PREFIXES)
-# ... and where the program's own line begins: after them (and after a container runtime's log
-# prefix, Kubernetes' CRI format `<RFC 3339 time> stdout F `, and Ray's) and the blanks that follow (PyTorch's
-# Python-side lines put a space after `[rankN]:`; a log pasted into a post is often indented).
+# Before them, a container runtime's log prefix (Kubernetes' CRI format: `<RFC 3339 time> stdout F `);
+# between the MPI tag and torchrun's, Ray's driver's name for the worker or daemon a line came from
+# (`(RayTrainWorker pid=4242, ip=10.0.0.7) `, `(pid=4242) `, `(raylet, ip=10.0.0.7) `).  Where all
+# of them end, the program's own line begins (launcher_prefix_end).
 _CONTAINER_LOG = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d) (?:stdout|stderr) [FP] "
-# Ray's driver puts the worker or daemon a line came from before it: `(RayTrainWorker pid=4242,
-# ip=10.0.0.7) `, `(pid=4242) `, `(raylet, ip=10.0.0.7) `.
 _RAY_PREFIX = r"\((?:[\w.-]+ pid=\d+|pid=\d+|raylet)(?:, ip=[\d.]+)?\) "
-_LAUNCHER_PREFIX = re.compile(("(?:" + _CONTAINER_LOG + ")?" + "".join(f"(?:{p})?" for p in _LAUNCHER_PREFIXES[:2])
-                               + "(?:" + _RAY_PREFIX + ")?" + "".join(f"(?:{p})?" for p in _LAUNCHER_PREFIXES[2:])).encode())
+_LAUNCHER_PREFIX = re.compile("".join(
+    f"(?:{p})?" for p in (_CONTAINER_LOG, *_LAUNCHER_PREFIXES[:2], _RAY_PREFIX, *_LAUNCHER_PREFIXES[2:])).encode())
 _NCCL_TIME = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\] ")
 _NCCL = re.compile(r"([A-Za-z0-9][\w.-]*):(\d+):(\d+) \[-?\d+\] ")
 _HOST = r"(?P<host>[A-Za-z0-9][\w.-]*)"

@@ -80,7 +80,7 @@ _GLOG = re.compile(r"[IWEFD](?P<m>\d\d)(?P<d>\d\d) " + _HMS + _FRAC + r"(?![\d:]
 # dmesg mono stamp: `[  123.456789]`.  Ten digits or more before the point are no uptime (that is
 # over 31 years) but a UNIX time, as UCX and other tools print gettimeofday: `[1668693503.473099]`.
 _MONO = re.compile(r"\[\s*(?P<mono>\d+\.\d+)\]")
-_UNIX_TIME_DIGITS = 10
+UNIX_TIME_DIGITS = 10
 _DELTA = re.compile(r"\[\s*[+-]\d+\.\d+\]")
 # torchrun elastic error block: `time      : 2022-02-26_22:02:07`.
 _ELASTIC = re.compile(r"time\s*: (?P<y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d)_" + _HMS + r"(?![\d:])")
@@ -198,7 +198,7 @@ def parse_line_time(text: str, year_hint: int | None) -> LineTime:
 def _bracketed(text: str, pos: int, year_hint: int | None) -> LineTime:
     m = _MONO.match(text, pos)
     if m is not None:
-        if m["mono"].index(".") >= _UNIX_TIME_DIGITS:
+        if m["mono"].index(".") >= UNIX_TIME_DIGITS:
             return LineTime(sane_time(float(m["mono"])), None)
         return LineTime(None, _mono(m["mono"]))
     if _DELTA.match(text, pos):

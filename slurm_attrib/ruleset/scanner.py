@@ -471,9 +471,7 @@ class CompiledRule:
         A regex anchored at the line's start reads the program's line: after the launchers'
         prefixes (`0: `, `[rank3]: `, Ray's `(pid=N) `), and after its blanks (an indent) when it does
         not match before them; and so does each anchored `unless`."""
-        spans = _anchored_spans(self.regex, text) if self.anchored else self.regex.spans(text)
-        if spans is not None and self.anchored:
-            spans, text = spans
+        spans, text = _read(self.regex, self.anchored, text)
         if spans is None or (self.unless and self._excluded(text)):
             return None
         fields: dict[str, Any] = {}
@@ -488,20 +486,22 @@ class CompiledRule:
         return fields if _cast_into(fields, self._casts, text, spans) else None
 
     def _excluded(self, text: bytes) -> bool:
-        return any((_anchored_spans(unless, text) if anchored else unless.spans(text)) is not None
-                   for unless, anchored in self.unless)
+        return any(_read(unless, anchored, text)[0] is not None for unless, anchored in self.unless)
 
 
-def _anchored_spans(regex: Regex, text: bytes) -> tuple[list[tuple[int, int]], bytes] | None:
-    """An anchored regex's match on the program's line, and that line: after the launchers'
-    prefixes (never read: they are not the program's), then after its blanks if need be."""
+def _read(regex: Regex, anchored: bool, text: bytes) -> tuple[list[tuple[int, int]] | None, bytes]:
+    """The regex's match (None: none) and the text it was read on: the whole text, or for an
+    anchored regex the program's line, after the launchers' prefixes (never read: they are not the
+    program's), then after its blanks if need be."""
+    if not anchored:
+        return regex.spans(text), text
     line = text[launcher_prefix_end(text):]
     spans = regex.spans(line)
     if spans is None:
         unindented = line.lstrip(b" \t")
         if len(unindented) < len(line):
             line, spans = unindented, regex.spans(unindented)
-    return None if spans is None else (spans, line)
+    return spans, line
 
 
 def _casts_of(regex: Regex, rule: Rule) -> list[tuple[str, int, Any]]:

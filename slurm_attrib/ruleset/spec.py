@@ -131,7 +131,7 @@ class Match:
     @property
     def anchored(self) -> bool:
         """Whether the regex (or one of its branches) reads from the start of the program's line
-        (`^`, not `^.*`): it reads the program's line, after the launchers' prefixes (scanner._anchored_spans)."""
+        (`^`, not `^.*`): it reads the program's line, after the launchers' prefixes (scanner._read)."""
         return anchored(self.regex)
 
 
