@@ -77,6 +77,12 @@ def test_long_line_is_cheap():
     assert time.perf_counter() - start < 0.5
 
 
+def test_a_container_logs_prefix_is_read_past():
+    line = "[pod/trainer-0/pytorch] 3: node7:1234:1290 [0] NCCL INFO Bootstrap : Using eth0"
+    assert line_origin(line) == Origin(host="node7", task=3)
+    assert line_origin("trainer-1  | [rank5]: Traceback (most recent call last):") == Origin(rank=5)
+
+
 def test_open_mpi_tag_output_prefix():
     origin = line_origin("[1,2]<stdout>:smc-gpu-03:29880:30398 [0] init.cc:497 NCCL WARN Duplicate GPU detected")
     assert (origin.rank, origin.host) == (2, "smc-gpu-03")
@@ -87,6 +93,8 @@ def test_open_mpi_tag_output_prefix():
     (b"[default0]:[rank0]:  File", 19), (b"\t  x", 0), (b"2024-05-01T10:00:00.123456789Z stderr F 0: x", 43),
     (b"(RayTrainWorker pid=4242, ip=10.0.0.7) x", 39), (b"0: (pid=12) [rank0]: x", 20), (b"(raylet) x", 9),
     (b"x", 0), (b"node1: x", 0), (b"2024-01-01 x", 0), (b"(not ray) x", 0),
+    (b"[pod/trainer-0/pytorch] [rank1]: x", 32), (b"trainer-1  | 0: x", 16), (b"proj_trainer_12 | x", 18),
+    (b"| Name | x", 0), (b"0 | model | x", 0), (b"trainer | x", 0),
 ])
 def test_where_the_launchers_prefixes_end(line, start):
     assert launcher_prefix_end(line) == start

@@ -140,7 +140,9 @@ def test_pci_ids_are_normalised(raw, expected):
     assert normalise_pci(raw) == expected
 
 
-@pytest.mark.parametrize("prefix", ["", "0: ", " 12: ", "[rank3]:", "[rank3]: ", "[1,3]<stdout>:", "    ", "7: [rank7]: "])
+@pytest.mark.parametrize("prefix", ["", "0: ", " 12: ", "[rank3]:", "[rank3]: ", "[1,3]<stdout>:", "    ", "7: [rank7]: ",
+                                    "[pod/nccl-tests-0/worker] ", "tests-1  | 0: ", "node1: ", "worker-1: [rank1]: ", "> ",
+                                    "> 0: "])
 def test_an_anchored_rule_reads_the_program_line_after_launcher_prefixes_and_indents(prefix):
     # nccl-tests' closing check is read from the start of the line (`^#`): under `srun --label`,
     # `mpirun --tag-output`, PyTorch's rank prefix or a post's indent it is still the program's line.
@@ -151,8 +153,24 @@ def test_an_anchored_rule_reads_the_program_line_after_launcher_prefixes_and_ind
 
 def test_an_anchored_rule_still_wants_its_text_at_the_line_start():
     scanner = Scanner(RULES, engine="re")
-    for line in (b"echo '# Out of bounds values : 0 OK'", b"node1: # Out of bounds values : 0 OK"):
+    for line in (b"echo '# Out of bounds values : 0 OK'", b"node1: echo # Out of bounds values : 0 OK",
+                 b"Error running: # Out of bounds values : 0 OK"):
         assert "marker.nccl_tests_ok" not in {h.rule.id for h in scanner.scan(line, "app")}
+
+
+def test_a_relaying_tools_prefix_is_read_past_only_when_the_rule_does_not_match_before_it():
+    # `RuntimeError: ` or Megatron's `> building ...` begin as a relaying tool's prefix does: the
+    # program's line is read whole first, and past such a prefix only when the rule does not match
+    from slurm_attrib.ingest.origin import relay_prefix_end
+
+    assert relay_prefix_end(b"worker-1: [rank1]: x") == 18
+    assert relay_prefix_end(b"> x") == 2
+    assert relay_prefix_end(b"HDF5-DIAG: x") == 11  # a word like a host: only a second chance
+    assert relay_prefix_end(b"redis: x") == relay_prefix_end(b"x") == 0  # a program's name
+    scanner = Scanner(RULES, engine="re")
+    line = b"node1: # Out of bounds values : 0 OK"
+    [hit] = [h for h in scanner.scan(line, "app") if h.rule.id == "marker.nccl_tests_ok"]
+    assert hit.text == line.decode()
 
 
 def test_an_anchored_unless_reads_past_launcher_prefixes_too():

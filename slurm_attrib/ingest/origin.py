@@ -1,6 +1,8 @@
 """Where a log line came from, read from its prefixes: host, global rank, srun task.
 
 Recognised prefixes (combinable in this order):
+- what a container's output was read through: a CRI log file's `<time> stdout F `, `kubectl logs
+  --prefix`'s `[pod/<pod>/<container>] `, Docker Compose's `<service>-<N>  | ` -> skipped
 - `srun --label`: `12: ...` (possibly right-aligned: ` 3: ...`) -> task
 - Open MPI `mpirun --tag-output`: `[1,3]<stdout>:` -> rank (the second number)
 - PyTorch: `[rank3]:...` -> rank
@@ -37,11 +39,15 @@ NO_ORIGIN = Origin()
 _LAUNCHER_PREFIXES = (r" {0,6}(\d{1,6}): ", r"\[\d{1,6},(\d{1,7})\]<std(?:out|err)>:", r"\[default\d{1,5}\]:",
                       r"\[(?:rank|RANK)(\d{1,7})\]:")
 _LABEL, _MPI_TAG, _DEFAULT_PREFIX, _RANK_PREFIX = map(re.compile, _LAUNCHER_PREFIXES)
-# Before them, a container runtime's log prefix (Kubernetes' CRI format: `<RFC 3339 time> stdout F `);
+# Before them, what a container's log was read through: the runtime's log file (Kubernetes' CRI
+# format: `<RFC 3339 time> stdout F `), `kubectl logs --prefix` (`[pod/<pod>/<container>] `) or
+# Docker Compose (`<service>-<N>  | `, Compose v1 `<project>_<service>_<N>  | `, the name padded);
 # between the MPI tag and torchrun's, Ray's driver's name for the worker or daemon a line came from
 # (`(RayTrainWorker pid=4242, ip=10.0.0.7) `, `(pid=4242) `, `(raylet, ip=10.0.0.7) `).  Where all
 # of them end, the program's own line begins (launcher_prefix_end).
-_CONTAINER_LOG = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d) (?:stdout|stderr) [FP] "
+_CONTAINER_LOG = (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d) (?:stdout|stderr) [FP] "
+                  r"|\[pod/[\w.-]{1,253}/[\w.-]{1,63}\] |[\w.-]{1,64}[-_]\d{1,4} {1,64}\| ")
+_CONTAINER = re.compile(_CONTAINER_LOG)
 _RAY_PREFIX = r"\((?:[\w.-]+ pid=\d+|pid=\d+|raylet)(?:, ip=[\d.]+)?\) "
 _LAUNCHER_PREFIX = re.compile("".join(
     f"(?:{p})?" for p in (_CONTAINER_LOG, *_LAUNCHER_PREFIXES[:2], _RAY_PREFIX, *_LAUNCHER_PREFIXES[2:])).encode())
@@ -82,16 +88,31 @@ def launcher_prefix_end(line: bytes) -> int:
     return _LAUNCHER_PREFIX.match(line).end()
 
 
+# What may stand before the launchers' prefixes when a line was relayed: the host pdsh, clush or
+# DeepSpeed's multi-node runner names (`worker-1: `, `gr064: `: a name with a digit, unlike the
+# programs that name themselves so, `redis: `, `srun: `), or a post's quote marker (`> `).  Unlike
+# the launchers' prefixes they look like a program's own words (`HDF5-DIAG: `), so a rule reads
+# past them only when it does not match before (scanner._read).
+_RELAY_PREFIX = re.compile(rb"(?:[A-Za-z](?=[\w.-]{0,62}?\d)[\w.-]{0,62}: |> ?)")
+
+
+def relay_prefix_end(line: bytes) -> int:
+    """Where a relaying tool's prefix and the launchers' prefixes after it end (0: it has none)."""
+    m = _RELAY_PREFIX.match(line)
+    return 0 if m is None else m.end() + launcher_prefix_end(line[m.end():])
+
+
 def line_origin(text: str) -> Origin:
     """Host, rank and srun task read from the prefixes of one line (None when absent)."""
     if not text:
         return NO_ORIGIN
     if len(text) > 1024:
         text = text[:1024]
-    pos = 0
+    container = _CONTAINER.match(text)
+    pos = 0 if container is None else container.end()
     task = rank = host = program = None
-    if text[0] == " " or text[0].isdecimal():  # what _LABEL may start with (\d: any decimal digit)
-        m = _LABEL.match(text)
+    if text[pos:pos + 1] == " " or text[pos:pos + 1].isdecimal():  # what _LABEL may start with (\d: any decimal digit)
+        m = _LABEL.match(text, pos)
         if m is not None:
             task = int(m.group(1))
             pos = m.end()

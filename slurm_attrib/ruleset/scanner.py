@@ -29,7 +29,7 @@ from typing import Any
 
 import re2
 
-from slurm_attrib.ingest.origin import launcher_prefix_end
+from slurm_attrib.ingest.origin import launcher_prefix_end, relay_prefix_end
 from slurm_attrib.ruleset.hooks import HOOKS, decode_fields
 from slurm_attrib.ruleset.spec import Rule, anchored as _anchored, compiled
 
@@ -492,10 +492,18 @@ class CompiledRule:
 def _read(regex: Regex, anchored: bool, text: bytes) -> tuple[list[tuple[int, int]] | None, bytes]:
     """The regex's match (None: none) and the text it was read on: the whole text, or for an
     anchored regex the program's line, after the launchers' prefixes (never read: they are not the
-    program's), then after its blanks if need be."""
+    program's), then after its blanks if need be, then after a relaying tool's prefix if need be."""
     if not anchored:
         return regex.spans(text), text
-    line = text[launcher_prefix_end(text):]
+    spans, line = _read_program_line(regex, text[launcher_prefix_end(text):])
+    if spans is None:
+        relayed = relay_prefix_end(text)
+        if relayed:
+            spans, line = _read_program_line(regex, text[relayed:])
+    return spans, line
+
+
+def _read_program_line(regex: Regex, line: bytes) -> tuple[list[tuple[int, int]] | None, bytes]:
     spans = regex.spans(line)
     if spans is None:
         unindented = line.lstrip(b" \t")
