@@ -201,3 +201,15 @@ def test_an_anchored_rule_never_reads_a_launchers_prefix():
         assert "marker.training_progress_done" not in hits, prefix
     hits = {h.rule.id for h in scanner.scan(b"(pid=4242) Training: 100%|##########| 500/500 [00:11<00:00]", "app")}
     assert "marker.training_progress_done" in hits
+
+
+def test_a_second_look_lead_does_not_stand_on_a_line_a_rule_read_as_following():
+    # mcelog's record is read whole by its rule: its decoded status lines (`Corrected error`,
+    # `Transaction: Memory scrubbing error`) are no leads of the second look; a line after it is
+    scanner = Scanner(RULES, engine="re")
+    record = ("Hardware event. This is not a software error.\nMCE 0\nCPU 0 BANK 11\nMCG status:\nMCi status:\n"
+              "Corrected error\nTransaction: Memory scrubbing error\nMemCtrl: Corrected patrol scrub error\n"
+              "STATUS 8c000051000800c2 MCGSTATUS 0\nCPUID Vendor Intel Family 6 Model 79\nrun.sh: fatal error reading input\n")
+    hits = scanner.scan(record.encode(), "app")
+    assert [(h.rule.id, h.lines) for h in hits if h.lineno == 1] == [("host.mcelog_corrected", 9)]
+    assert [h.lineno for h in hits if h.rule.event.fallback and h.role == "cause"] == [11]

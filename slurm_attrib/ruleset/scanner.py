@@ -62,6 +62,7 @@ class Hit:
     severity: str
     strength: int
     notes: dict[str, Any] = field(default_factory=dict)
+    lines: int = 1  # the lines the match read: more than one for a rule that reads following lines
 
 
 ENGINES = ("hyperscan", "ahocorasick", "grep", "re")
@@ -239,7 +240,7 @@ class Scanner:
         if self._ends and ends != "none":
             for hit in self._end_hits(data, kind, begin, len(data) if end is None else end, first_line, ends):
                 bisect.insort(hits, hit, key=lambda h: h.offset)
-        return hits
+        return _no_leads_inside_readings(hits)
 
     def _end_hits(self, data: bytes, kind: str, begin: int, end: int, first_line: int, ends: str) -> list[Hit]:
         """Per rule that reads a file's ends, its first hit in the region (ends "first" or "both")
@@ -377,6 +378,9 @@ class Scanner:
             severity=event.severity,
             strength=event.strength,
         )
+        if rule.match.following:
+            spans, read = _read(compiled.regex, compiled.anchored, text.encode())
+            hit.lines = read.count(b"\n", 0, spans[0][1]) + 1
         if event.decode is not None:
             hit = decode_fields(hit, event.decode)
         if event.hook:
@@ -399,6 +403,17 @@ def _one_reading_of_a_line(hits: list[Hit]) -> list[Hit]:
         kept = max(leads, key=lambda h: h.strength)  # the first of the strongest
     dropped = {id(h) for h in leads if h is not kept}
     return [h for h in hits if id(h) not in dropped]
+
+
+def _no_leads_inside_readings(hits: list[Hit]) -> list[Hit]:
+    """Nor does a second look's lead stand on a line a rule proper read as one of the following
+    lines of its match (`Corrected error` in the record under mcelog's disclaimer)."""
+    read = [(h.lineno, h.lineno + h.lines) for h in hits
+            if h.lines > 1 and not h.rule.event.fallback and h.role != "marker"]
+    if not read:
+        return hits
+    return [h for h in hits if not (h.rule.event.fallback and h.role == "cause"
+                                    and any(first < h.lineno < end for first, end in read))]
 
 
 def _holds_a_literal(data: bytes, begin: int, end: int, rule: Rule) -> bool:
