@@ -213,3 +213,13 @@ def test_a_second_look_lead_does_not_stand_on_a_line_a_rule_read_as_following():
     hits = scanner.scan(record.encode(), "app")
     assert [(h.rule.id, h.lines) for h in hits if h.lineno == 1] == [("host.mcelog_corrected", 9)]
     assert [h.lineno for h in hits if h.rule.event.fallback and h.role == "cause"] == [11]
+
+
+@pytest.mark.parametrize("prefix", ["", "0: ", "[1,0]<stderr>:", "worker-1: ", "> "])
+def test_a_rules_following_lines_are_read_as_the_programs_lines(prefix):
+    # srun labels every line of Open MPI's signal block, not only its first
+    scanner = Scanner(RULES, engine="re")
+    block = "".join(prefix + line + "\n" for line in (
+        "[gpu004:105080] *** Process received signal ***", "[gpu004:105080] Signal: Aborted (6)"))
+    [hit] = [h for h in scanner.scan(block.encode(), "app") if h.rule.id == "proc.ompi_received_signal"]
+    assert (hit.fields["signal"], hit.lines, hit.text) == (6, 2, block.rstrip("\n"))

@@ -96,10 +96,16 @@ def launcher_prefix_end(line: bytes) -> int:
 _RELAY_PREFIX = re.compile(rb"(?:[A-Za-z](?=[\w.-]{0,62}?\d)[\w.-]{0,62}: |> ?)")
 
 
+def relay_prefix(line: bytes) -> bytes:
+    """The prefix a relaying tool may have put before the line (b"": none)."""
+    m = _RELAY_PREFIX.match(line)
+    return b"" if m is None else m.group()
+
+
 def relay_prefix_end(line: bytes) -> int:
     """Where a relaying tool's prefix and the launchers' prefixes after it end (0: it has none)."""
-    m = _RELAY_PREFIX.match(line)
-    return 0 if m is None else m.end() + launcher_prefix_end(line[m.end():])
+    relayed = len(relay_prefix(line))
+    return relayed and relayed + launcher_prefix_end(line[relayed:])
 
 
 def line_origin(text: str) -> Origin:

@@ -29,7 +29,7 @@ from typing import Any
 
 import re2
 
-from slurm_attrib.ingest.origin import launcher_prefix_end, relay_prefix_end
+from slurm_attrib.ingest.origin import launcher_prefix_end, relay_prefix, relay_prefix_end
 from slurm_attrib.ruleset.hooks import HOOKS, decode_fields
 from slurm_attrib.ruleset.spec import Rule, anchored as _anchored, compiled
 
@@ -362,7 +362,8 @@ class Scanner:
         """The rule's hit on `text` (the line, and its following lines when the rule reads them);
         `line` is the line's UTF-8, for `requires` and `capture`."""
         rule = compiled.rule
-        fields = compiled.fields(line if not rule.match.following else text.encode(), line)
+        read = _with_following_program_lines(text) if rule.match.following else line
+        fields = compiled.fields(read, line)
         if fields is None:
             return None
         event = rule.event
@@ -379,7 +380,7 @@ class Scanner:
             strength=event.strength,
         )
         if rule.match.following:
-            spans, read = _read(compiled.regex, compiled.anchored, text.encode())
+            spans, read = _read(compiled.regex, compiled.anchored, read)
             hit.lines = read.count(b"\n", 0, spans[0][1]) + 1
         if event.decode is not None:
             hit = decode_fields(hit, event.decode)
@@ -624,6 +625,17 @@ def _text_of(raw: bytes) -> str:
     if "\x1b" in text:
         text = _TERMINAL_CODES.sub("", text)
     return text[:MAX_LINE_CHARS]
+
+
+def _with_following_program_lines(text: str) -> bytes:
+    """A line and its following lines, these read as the program's lines: without the launchers'
+    prefixes (an Open MPI signal block under `srun --label` is `0: [host:pid] Signal: ...` a line),
+    and without the relaying tool's prefix the first line has, when they repeat it (`worker-1: `)."""
+    first, *following = text.encode().split(b"\n")
+    relayed = relay_prefix(first)
+    if relayed:
+        following = [line[len(relayed):] if line.startswith(relayed) else line for line in following]
+    return b"\n".join([first, *(line[launcher_prefix_end(line):] for line in following)])
 
 
 def _following_lines(data: bytes, start: int, count: int) -> list[str]:
