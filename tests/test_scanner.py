@@ -142,7 +142,7 @@ def test_pci_ids_are_normalised(raw, expected):
 
 @pytest.mark.parametrize("prefix", ["", "0: ", " 12: ", "[rank3]:", "[rank3]: ", "[1,3]<stdout>:", "    ", "7: [rank7]: ",
                                     "[pod/nccl-tests-0/worker] ", "tests-1  | 0: ", "node1: ", "worker-1: [rank1]: ", "> ",
-                                    "> 0: "])
+                                    "> 0: ", "2024-05-01 10:00:00,123 ", "[10:00:00] 3: "])
 def test_an_anchored_rule_reads_the_program_line_after_launcher_prefixes_and_indents(prefix):
     # nccl-tests' closing check is read from the start of the line (`^#`): under `srun --label`,
     # `mpirun --tag-output`, PyTorch's rank prefix or a post's indent it is still the program's line.
@@ -165,6 +165,8 @@ def test_a_relaying_tools_prefix_is_read_past_only_when_the_rule_does_not_match_
 
     assert relay_prefix_end(b"worker-1: [rank1]: x") == 18
     assert relay_prefix_end(b"> x") == 2
+    assert relay_prefix_end(b"2024-05-01 10:00:00,123 x") == 24  # a logging handler's time
+    assert relay_prefix_end(b"[10:00:00] worker-1: 0: x") == 24
     assert relay_prefix_end(b"HDF5-DIAG: x") == 11  # a word like a host: only a second chance
     assert relay_prefix_end(b"redis: x") == relay_prefix_end(b"x") == 0  # a program's name
     scanner = Scanner(RULES, engine="re")
@@ -215,7 +217,7 @@ def test_a_second_look_lead_does_not_stand_on_a_line_a_rule_read_as_following():
     assert [h.lineno for h in hits if h.rule.event.fallback and h.role == "cause"] == [11]
 
 
-@pytest.mark.parametrize("prefix", ["", "0: ", "[1,0]<stderr>:", "worker-1: ", "> "])
+@pytest.mark.parametrize("prefix", ["", "0: ", "[1,0]<stderr>:", "worker-1: ", "> ", "[10:00:00] "])
 def test_a_rules_following_lines_are_read_as_the_programs_lines(prefix):
     # srun labels every line of Open MPI's signal block, not only its first
     scanner = Scanner(RULES, engine="re")

@@ -630,11 +630,10 @@ def _text_of(raw: bytes) -> str:
 def _with_following_program_lines(text: str) -> bytes:
     """A line and its following lines, these read as the program's lines: without the launchers'
     prefixes (an Open MPI signal block under `srun --label` is `0: [host:pid] Signal: ...` a line),
-    and without the relaying tool's prefix the first line has, when they repeat it (`worker-1: `)."""
+    and without a relaying tool's or a logger's prefix when the first line has one (`worker-1: `)."""
     first, *following = text.encode().split(b"\n")
-    relayed = relay_prefix(first)
-    if relayed:
-        following = [line[len(relayed):] if line.startswith(relayed) else line for line in following]
+    if relay_prefix(first):
+        following = [line[len(relay_prefix(line)):] for line in following]
     return b"\n".join([first, *(line[launcher_prefix_end(line):] for line in following)])
 
 
