@@ -13,7 +13,7 @@ CASES = ["713-nccl1706-allreduce-perf-2gpu-ok-destroy-complete", "709-privategpt
 
 
 @pytest.mark.parametrize("how", ["label", "rank", "indent", "cri", "ray", "pdsh", "compose", "kubectl", "quote", "stamp",
-                                 "tstamp", "ansi", "crlf", "startup", "harmless"])
+                                 "tstamp", "ansi", "crlf", "startup", "harmless", "nccl_info"])
 def test_a_log_reads_alike_however_it_is_presented(tmp_path, how):
     # nccl-tests' closing check and a shell's signal line are read from the start of the program's
     # line: a launcher's prefix or a post's indent before it changes nothing
