@@ -1,5 +1,6 @@
 """contrib/dev/probe-presentation: how a diagnosis stands up to how its log is presented."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -32,3 +33,18 @@ def test_a_changed_verdict_is_listed(tmp_path):
                                   " sp 00007fff3b60ce60 error 4 in libcuda.so.418.67[7fff858c5000+dec000]\n")
     done = subprocess.run([sys.executable, str(PROBE), "label", str(tmp_path)], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines()[-1] == "label: 1 of 1 cases changed", done.stdout
+
+
+def test_a_diagnosis_reads_alike_whatever_its_hosts_are_called(tmp_path):
+    # a node called for its GPUs (`gpu001`) is no GPU: the header that names a host is no part of
+    # what the second look's words read
+    case = tmp_path / "set" / "one"
+    (case / "debian").mkdir(parents=True)
+    (case / "expected.yaml").write_text("domain: host\ncategory: pcie_error\n")
+    (case / "debian" / "dmesg.txt").write_text(
+        "Nov  9 11:20:38 debian kernel: [69300.887669] pcieport 0000:00:02.0: AER: Multiple Corrected error received: id=0010\n"
+        "Nov  9 11:20:38 debian kernel: [69300.894370] pcieport 0000:00:02.0:    [12] Replay Timer Timeout\n")
+    env = {**os.environ, "PROBE_HOST_NAMES": "gpu{:03d}"}
+    done = subprocess.run([sys.executable, str(PROBE), "hosts", str(tmp_path)], capture_output=True, text=True,
+                          check=True, env=env)
+    assert done.stdout.splitlines()[-1] == "hosts: 0 of 1 cases changed", done.stdout

@@ -111,6 +111,23 @@ def relay_prefix_end(line: bytes) -> int:
     return relayed and relayed + launcher_prefix_end(line[relayed:])
 
 
+# The headers that name a line's host before its message (syslog and journal, RFC 5424, talosctl,
+# NCCL's `host:pid:tid [dev] `), as bytes for the scanner (message_start).
+_HEADERS = [re.compile(pattern.pattern.encode()) for pattern in (_SYSLOG, _RFC5424, _TALOS)]
+_NCCL_HEADER = re.compile(("(?:" + _NCCL_TIME.pattern + ")?" + _NCCL.pattern).encode())
+
+
+def message_start(line: bytes) -> int:
+    """Where the line's message begins: after the launchers' prefixes and a header that names the
+    host it came from (its words are no words of the message: a host `gpu001` names no GPU)."""
+    position = launcher_prefix_end(line)
+    for header in (*_HEADERS, _NCCL_HEADER):
+        m = header.match(line, position)
+        if m is not None:
+            return m.end()
+    return position
+
+
 def line_origin(text: str) -> Origin:
     """Host, rank and srun task read from the prefixes of one line (None when absent)."""
     if not text:

@@ -29,7 +29,7 @@ from typing import Any
 
 import re2
 
-from slurm_attrib.ingest.origin import launcher_prefix_end, relay_prefix, relay_prefix_end
+from slurm_attrib.ingest.origin import launcher_prefix_end, message_start, relay_prefix, relay_prefix_end
 from slurm_attrib.ruleset.hooks import HOOKS, decode_fields
 from slurm_attrib.ruleset.spec import Rule, anchored as _anchored, compiled
 
@@ -466,7 +466,7 @@ class Regex:
 class CompiledRule:
     """A rule's regexes, compiled once: `regex` on the text, the others on the matched line."""
 
-    __slots__ = ("rule", "regex", "unless", "requires", "capture", "anchored", "_casts")
+    __slots__ = ("rule", "regex", "unless", "requires", "capture", "anchored", "in_message", "_casts")
 
     def __init__(self, rule: Rule):
         ignore_case = rule.match.ignore_case
@@ -478,6 +478,7 @@ class CompiledRule:
         self.requires = [(regex, _casts_of(regex, rule)) for regex in (Regex(r, ignore_case) for r in rule.match.requires)]
         self.capture = [(regex, _casts_of(regex, rule)) for regex in (Regex(c, ignore_case) for c in rule.match.capture)]
         self.anchored = rule.match.anchored
+        self.in_message = rule.event.fallback  # generic words: read in the message, never in its header
         self._casts = _casts_of(self.regex, rule)
 
     def fields(self, text: bytes, line: bytes) -> dict[str, Any] | None:
@@ -486,7 +487,10 @@ class CompiledRule:
         name is in two of them: schema); None when the text does not match or a value does not cast.
         A regex anchored at the line's start reads the program's line: after the launchers'
         prefixes (`0: `, `[rank3]: `, Ray's `(pid=N) `), and after its blanks (an indent) when it does
-        not match before them; and so does each anchored `unless`."""
+        not match before them; and so does each anchored `unless`.  A second look's rule reads the
+        message only, after the header that names its host (message_start)."""
+        if self.in_message:
+            text = text[message_start(text):]
         spans, text = _read(self.regex, self.anchored, text)
         if spans is None or (self.unless and self._excluded(text)):
             return None
