@@ -225,3 +225,12 @@ def test_a_rules_following_lines_are_read_as_the_programs_lines(prefix):
         "[gpu004:105080] *** Process received signal ***", "[gpu004:105080] Signal: Aborted (6)"))
     [hit] = [h for h in scanner.scan(block.encode(), "app") if h.rule.id == "proc.ompi_received_signal"]
     assert (hit.fields["signal"], hit.lines, hit.text) == (6, 2, block.rstrip("\n"))
+
+
+def test_a_second_look_rule_reads_a_multi_line_message_after_its_header():
+    # read after the syslog header, the OSU benchmark's table matches: the lines it read are counted
+    # on the same text (the header is never read)
+    scanner = Scanner(RULES, engine="re")
+    text = b"Dec  2 13:04:06 node1 osu_latency: # Size          Latency (us)\n8                       1.66\n"
+    [hit] = [h for h in scanner.scan(text, "app") if h.rule.id == "fallback.osu_results"]
+    assert hit.lines == 2

@@ -380,7 +380,7 @@ class Scanner:
             strength=event.strength,
         )
         if rule.match.following:
-            spans, read = _read(compiled.regex, compiled.anchored, read)
+            spans, read = compiled.read(read)
             hit.lines = read.count(b"\n", 0, spans[0][1]) + 1
         if event.decode is not None:
             hit = decode_fields(hit, event.decode)
@@ -489,9 +489,7 @@ class CompiledRule:
         prefixes (`0: `, `[rank3]: `, Ray's `(pid=N) `), and after its blanks (an indent) when it does
         not match before them; and so does each anchored `unless`.  A second look's rule reads the
         message only, after the header that names its host (message_start)."""
-        if self.in_message:
-            text = text[message_start(text):]
-        spans, text = _read(self.regex, self.anchored, text)
+        spans, text = self.read(text)
         if spans is None or (self.unless and self._excluded(text)):
             return None
         fields: dict[str, Any] = {}
@@ -504,6 +502,12 @@ class CompiledRule:
             if captured is not None and not _cast_into(fields, casts, line, captured):
                 return None
         return fields if _cast_into(fields, self._casts, text, spans) else None
+
+    def read(self, text: bytes) -> tuple[list[tuple[int, int]] | None, bytes]:
+        """The regex's match on the text (None: none), and the text it was read on (_read)."""
+        if self.in_message:
+            text = text[message_start(text):]
+        return _read(self.regex, self.anchored, text)
 
     def _excluded(self, text: bytes) -> bool:
         return any(_read(unless, anchored, text)[0] is not None for unless, anchored in self.unless)
