@@ -234,3 +234,46 @@ def test_a_second_look_rule_reads_a_multi_line_message_after_its_header():
     text = b"Dec  2 13:04:06 node1 osu_latency: # Size          Latency (us)\n8                       1.66\n"
     [hit] = [h for h in scanner.scan(text, "app") if h.rule.id == "fallback.osu_results"]
     assert hit.lines == 2
+
+
+@pytest.mark.parametrize("line,rule", [
+    ('torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:268, remote process exited or there was a network error, NCCL version 2.21.5', 'nccl.remote_error'),
+    ('torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ', 'elastic.child_failed'),
+    ('[rank11]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.35 GiB.', 'cuda.oom'),
+    ('RuntimeError: CUDA error: an illegal memory access was encountered', 'cuda.illegal_memory_access'),
+    ('[rank1]: OSError: [Errno 116] Stale file handle: xxx', 'storage.stale_file_handle'),
+    ("OSError: [Errno 121] Remote I/O error: '/mnt/nfs/data/shard_0001'", 'storage.remote_io_error'),
+    ("OSError: [Errno 16] Device or resource busy: '.nfs000000000123abcd00000042'", 'storage.nfs_silly_rename_busy'),
+    ('OSError: [Errno 28] No space left on device', 'storage.io_error_app'),
+    ('torch.distributed.elastic.multiprocessing.api.SignalException: Process 2521679 got signal: 15', 'elastic.signal_exception'),
+    ('torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal SIGKILL', 'torch.spawn_process_signal'),
+    ('Exception: process 1 terminated with signal SIGKILL', 'torch.spawn_process_signal'),
+    ('torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError', 'elastic.rendezvous_timeout'),
+    ('[rank2]: torch.distributed.DistNetworkError: Connection reset by peer', 'torch.store_connection_lost'),
+    ('torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 3/4 clients joined.', 'torch.store_clients_timeout'),
+    ('ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable MASTER_ADDR expected, but not set', 'torch.init_config_error'),
+    ('RuntimeError: NCCL Error 2: unhandled system error', 'nccl.system_error'),
+])
+def test_a_generic_reading_yields_to_the_rule_that_knows_the_line(line, rule):
+    # py.exception reads any `<name>Error: <message>` line (event.generic): where a rule knows the
+    # wording (what raised it, what it means), that rule's reading is the line's only one
+    found = {h.rule.id for h in Scanner(RULES, engine="re").scan(line.encode(), "app")}
+    assert rule in found and "py.exception" not in found, found
+
+
+def test_a_generic_reading_stands_where_no_rule_knows_the_line():
+    found = {h.rule.id for h in Scanner(RULES, engine="re").scan(b"ValueError: shapes (3,4) and (5,) not aligned", "app")}
+    assert found == {"py.exception"}
+
+
+def test_only_a_rule_propers_cause_or_symptom_is_a_generic_reading():
+    import dataclasses
+
+    from pydantic import ValidationError
+
+    from slurm_attrib.ruleset.schema import RuleModel
+
+    data = dataclasses.asdict(next(r for r in RULES if r.id == "fallback.app_error_words"))
+    data["event"]["generic"] = True
+    with pytest.raises(ValidationError, match="a generic reading is a rule proper's cause or symptom"):
+        RuleModel.model_validate(data)

@@ -391,10 +391,16 @@ class Scanner:
 
 def _one_reading_of_a_line(hits: list[Hit]) -> list[Hit]:
     """What a line means when several rules read it, decided here, line by line (a collapsed or
-    cascade event keeps only its first line's number): a second look's lead (a fallback rule's
-    cause) stands only on a line no rule proper gave a meaning (a marker's only feeds the maps),
-    and a line several fallback rules read is one lead, the strongest (a component's vocabulary
-    before a bare error word; the first in rule order among equals)."""
+    cascade event keeps only its first line's number): a generic reading (event.generic: a bare
+    exception line) stands only on a line no other rule proper reads; a second look's lead (a
+    fallback rule's cause) stands only on a line no rule proper gave a meaning (a marker's only
+    feeds the maps), and a line several fallback rules read is one lead, the strongest (a
+    component's vocabulary before a bare error word; the first in rule order among equals)."""
+    if len(hits) < 2:
+        return hits
+    if any(h.rule.event.generic for h in hits) and any(
+            not (h.rule.event.generic or h.rule.event.fallback) and h.role != "marker" for h in hits):
+        hits = [h for h in hits if not h.rule.event.generic]
     leads = [h for h in hits if h.rule.event.fallback and h.role == "cause"]
     if not leads or len(hits) < 2:
         return hits

@@ -97,6 +97,7 @@ class EventModel(StrictModel):
     # only when the rules proper found no origin at all; its cause is a lead (quality
     # `insufficient`), never drained.  A fallback marker (work going on) weighs the leads.
     fallback: bool = False
+    generic: bool = False  # spec.EventSpec.generic
     collapse: list[str] | None = None  # spec.EventSpec.collapse
     cascade: list[str] | None = None  # spec.EventSpec.cascade
     ends: bool = False  # spec.EventSpec.ends
@@ -112,6 +113,8 @@ class EventModel(StrictModel):
             raise ValueError("a cause needs a category")
         if self.fallback and self.role not in ("cause", "marker"):
             raise ValueError("a fallback rule gives a lead (a cause) or a marker the second look weighs it by")
+        if self.generic and (self.fallback or self.role not in ("cause", "symptom")):
+            raise ValueError("a generic reading is a rule proper's cause or symptom (a second look's lead yields anyway)")
         if self.collapse is not None and self.role != "context":
             raise ValueError("only context collapses: a cause, symptom or marker line is read on its own")
         if self.cascade is not None and (self.role not in ("symptom", "marker") or self.collapse is not None):
