@@ -108,7 +108,9 @@ def relay_prefix(line: bytes) -> bytes:
 def relay_prefix_end(line: bytes) -> int:
     """Where a relaying tool's prefix and the launchers' prefixes after it end (0: it has none)."""
     relayed = len(relay_prefix(line))
-    return relayed and relayed + launcher_prefix_end(line[relayed:])
+    if not relayed:
+        return 0
+    return relayed + launcher_prefix_end(line[relayed:])
 
 
 # The headers that name a line's host before its message (syslog and journal, RFC 5424, talosctl,

@@ -647,7 +647,7 @@ def _with_following_program_lines(text: str) -> bytes:
     and without a relaying tool's or a logger's prefix when the first line has one (`worker-1: `)."""
     first, *following = text.encode().split(b"\n")
     if relay_prefix(first):
-        following = [line[len(relay_prefix(line)):] for line in following]
+        following = [line.removeprefix(relay_prefix(line)) for line in following]
     return b"\n".join([first, *(line[launcher_prefix_end(line):] for line in following)])
 
 

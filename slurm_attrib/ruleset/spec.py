@@ -156,9 +156,9 @@ class EventSpec:
     hook: str | None = None
     decode: Decode | None = None
     fallback: bool = False
-    # A generic reading of a line (a bare `<name>Error: <message>` line, a CUDA error named alone):
-    # it stands on a line only when no other rule proper reads the line; a rule that knows the
-    # wording (what raised it, what it means) reads it instead (scanner._one_reading_of_a_line).
+    # A generic reading of a line (py.exception: any `<name>Error: <message>` line): it stands on a
+    # line only when no other rule proper reads the line; a rule that knows the wording (what
+    # raised it, what it means) reads it instead (scanner._one_reading_of_a_line).
     generic: bool = False
     # Noise a node prints all day (corrected PCIe/DRAM errors, NIC command errors): the judgement
     # reads how many, when first and when last, not each line; building one event per line cost
