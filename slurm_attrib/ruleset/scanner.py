@@ -363,9 +363,10 @@ class Scanner:
         `line` is the line's UTF-8, for `requires` and `capture`."""
         rule = compiled.rule
         read = _with_following_program_lines(text) if rule.match.following else line
-        fields = compiled.fields(read, line)
-        if fields is None:
+        found = compiled.fields(read, line)
+        if found is None:
             return None
+        fields, lines = found
         event = rule.event
         hit = Hit(
             rule=rule,
@@ -378,10 +379,8 @@ class Scanner:
             role=event.role,
             severity=event.severity,
             strength=event.strength,
+            lines=lines,
         )
-        if rule.match.following:
-            spans, read = compiled.read(read)
-            hit.lines = read.count(b"\n", 0, spans[0][1]) + 1
         if event.decode is not None:
             hit = decode_fields(hit, event.decode)
         if event.hook:
@@ -487,15 +486,16 @@ class CompiledRule:
         self.in_message = rule.event.fallback  # generic words: read in the message, never in its header
         self._casts = _casts_of(self.regex, rule)
 
-    def fields(self, text: bytes, line: bytes) -> dict[str, Any] | None:
+    def fields(self, text: bytes, line: bytes) -> tuple[dict[str, Any], int] | None:
         """The hit's fields, cast as the rule says: the named groups of `requires` and `capture`
         (read on the line, as the lookaheads they stand for were) and of `regex` (on the text; no
-        name is in two of them: schema); None when the text does not match or a value does not cast.
+        name is in two of them: schema); and how many lines of the text its match read.  None when
+        the text does not match or a value does not cast.
         A regex anchored at the line's start reads the program's line: after the launchers'
         prefixes (`0: `, `[rank3]: `, Ray's `(pid=N) `), and after its blanks (an indent) when it does
         not match before them; and so does each anchored `unless`.  A second look's rule reads the
         message only, after the header that names its host (message_start)."""
-        spans, text = self.read(text)
+        spans, text = self._read(text)
         if spans is None or (self.unless and self._excluded(text)):
             return None
         fields: dict[str, Any] = {}
@@ -507,9 +507,11 @@ class CompiledRule:
             captured = regex.spans(line)
             if captured is not None and not _cast_into(fields, casts, line, captured):
                 return None
-        return fields if _cast_into(fields, self._casts, text, spans) else None
+        if not _cast_into(fields, self._casts, text, spans):
+            return None
+        return fields, text.count(b"\n", 0, spans[0][1]) + 1
 
-    def read(self, text: bytes) -> tuple[list[tuple[int, int]] | None, bytes]:
+    def _read(self, text: bytes) -> tuple[list[tuple[int, int]] | None, bytes]:
         """The regex's match on the text (None: none), and the text it was read on (_read)."""
         if self.in_message:
             text = text[message_start(text):]
