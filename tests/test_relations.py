@@ -45,6 +45,8 @@ def test_a_relation_needs_a_case_that_fires_and_one_that_must_not():
     ({"target": {"role": ["culprit"]}}, "role"),
     ({"target": {"domain": ["gpus"]}}, "unknown domain"),
     ({"check": {}}, "needs a `check`"),
+    ({"kind": "explains", "cause": {"role": ["cause"]}, "effect": {"role": ["symptom"]}, "check": {}},
+     "an explains relation needs a `check`"),  # the evaluator pairs events by its check alone
     ({"set": {"role": "cause"}}, "only demotes"),
     ({"kind": "origin"}, "needs `notices`"),
     ({"keeps": [{"trusted": True}]}, "only an origin relation"),

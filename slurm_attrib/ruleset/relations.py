@@ -256,6 +256,9 @@ class Relation(Strict):
             raise ValueError("one named check per relation")
         if self.kind == "suppress" and not self.check and not (self.only_if and self.says):
             raise ValueError("a suppress relation needs a `check`, or `only_if` and `says` (a fact of the whole job)")
+        if self.kind == "explains" and not self.check:
+            raise ValueError("an explains relation needs a `check`: how a cause and its effect lie together "
+                             "(nearest_lines, near_in_time, any_time, same_burst, ...)")
         if self.only_if and self.kind not in ("suppress", "aggregate"):
             raise ValueError("only a suppress or aggregate relation reads `only_if`")
         if self.kind == "suppress" and (self.set.category is not None or self.set.role in ("cause", "marker")
