@@ -308,3 +308,25 @@ def test_only_a_rule_propers_cause_or_symptom_is_a_generic_reading():
     data["event"]["generic"] = True
     with pytest.raises(ValidationError, match="a generic reading is a rule proper's cause or symptom"):
         RuleModel.model_validate(data)
+
+
+def test_the_literal_database_is_loaded_from_the_cache_and_a_bad_copy_compiled_again(tmp_path, monkeypatch):
+    hyperscan = pytest.importorskip("hyperscan")
+    import pickle
+
+    monkeypatch.setenv("SATTRIB_CACHE_DIR", str(tmp_path))
+    line = b"[ 3.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus.\n"
+    compiled = [h.rule.id for h in Scanner(RULES, engine="hyperscan").scan(line, "kernel")]
+    assert "gpu.xid" in compiled
+    (saved,) = tmp_path.glob("hyperscan-*.pickle")
+
+    def no_compiling(**_):
+        raise AssertionError("compiled although the cache holds the database")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(scanner_module.hyperscan, "Database", no_compiling)
+        assert [h.rule.id for h in Scanner(RULES, engine="hyperscan").scan(line, "kernel")] == compiled
+
+    saved.write_bytes(pickle.dumps(b"not a database"))  # another Hyperscan's, another CPU's
+    assert [h.rule.id for h in Scanner(RULES, engine="hyperscan").scan(line, "kernel")] == compiled
+    assert hyperscan.loadb(pickle.loads(saved.read_bytes()), hyperscan.HS_MODE_BLOCK) is not None  # written again
