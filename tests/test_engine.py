@@ -488,15 +488,16 @@ def test_nccl_error_frames_are_no_sign_of_success(tmp_path):
 
 def test_a_failed_health_check_is_read_by_what_it_tested_and_never_drains(tmp_path):
     checks = {
-        "ERROR:  nhc:  Health check failed:  check_hw_ib:  No IB port mlx5_0:1 is ACTIVE (LinkUp 100 Gb/sec).": "network",
-        "ERROR:  nhc:  Health check failed:  check_fs_mount:  /scratch not mounted": "storage",
-        "ERROR:  nhc:  Health check failed:  check_hw_physmem:  Actual RAM size 250 GB less than minimum 500 GB": "host",
-        "ERROR:  nhc:  Health check failed:  Check check_xid_errors returned 1": "gpu",
-        "Node Health Check failed.  Check check_hw_ib returned 1": "network",
+        "ERROR:  nhc:  Health check failed:  check_hw_ib:  No IB port mlx5_0:1 is ACTIVE (LinkUp 100 Gb/sec).": ("network", "link_down"),
+        "ERROR:  nhc:  Health check failed:  check_hw_ib:  No IB port is ACTIVE (LinkUp 100 Gb/sec).": ("network", "link_down"),
+        "ERROR:  nhc:  Health check failed:  check_fs_mount:  /scratch not mounted": ("storage", "filesystem_error"),
+        "ERROR:  nhc:  Health check failed:  check_hw_physmem:  Actual RAM size 250 GB less than minimum 500 GB": ("host", "host_hardware_other"),
+        "ERROR:  nhc:  Health check failed:  Check check_xid_errors returned 1": ("gpu", "gpu_hardware_other"),
+        "Node Health Check failed.  Check check_hw_ib returned 1": ("network", "fabric_other"),
     }
-    for i, (line, domain) in enumerate(checks.items()):
+    for i, (line, reading) in enumerate(checks.items()):
         diagnosis = analyze_path(write_job(tmp_path / str(i), {"gpu07/syslog.txt": line + "\n"}, state="FAILED"))
-        assert diagnosis.domain == domain, (line, diagnosis.summary)
+        assert (diagnosis.domain, diagnosis.category) == reading, (line, diagnosis.summary)
         assert diagnosis.quality == "likely" and diagnosis.drain == [], diagnosis.summary
 
 

@@ -387,6 +387,9 @@ def refine_reported_xid(hit: "Hit") -> "Hit":
 # NHC check names (check_<area>_...) and message words -> what the failing check tested.
 _HEALTH_CHECK_AREAS = (
     (compiled(r"(?i)xid|gpu|nvidia|nvsmi|nvml|dcgm|nvlink|cuda|row.?remap|ecc"), "gpu", "gpu_hardware_other"),
+    # NHC's check_hw_ib `No IB port is ACTIVE`, a port or link it found down
+    (compiled(r"(?i)no (?:ib |infiniband |opa )?port(?: \S+)? is active|\bport\b[^\n]*\b(?:not active|is down)\b|\blink (?:is )?down\b"),
+     "network", "link_down"),
     (compiled(r"(?i)\bib\b|_ib\b|infiniband|mlx\d|hca|\blink\b|ethernet|_net|_eth|rdma|\bopa\b|hfi"), "network", "fabric_other"),
     (compiled(r"(?i)_fs_|mount|disk|lustre|gpfs|nfs|beegfs|filesystem|file system|inode|quota"), "storage", "filesystem_error"),
     (compiled(r"(?i)mem|dimm|swap|cpu|mce|edac|thermal|temp|fan|power|psu|bmc|ipmi"), "host", "host_hardware_other"),
