@@ -386,6 +386,8 @@ def refine_reported_xid(hit: "Hit") -> "Hit":
 
 # NHC check names (check_<area>_...) and message words -> what the failing check tested.
 _HEALTH_CHECK_AREAS = (
+    # a GPU's (or its SRAM's, HBM's) uncorrectable ECC errors: AzNHC's check_gpu_ecc
+    (compiled(r"(?i)(?:gpu|sram|hbm)\b.*\b(?:uncorrectable ecc|double.bit|dbe)\b"), "gpu", "gpu_uncorrectable_ecc"),
     (compiled(r"(?i)xid|gpu|nvidia|nvsmi|nvml|dcgm|nvlink|cuda|row.?remap|ecc"), "gpu", "gpu_hardware_other"),
     # NHC's check_hw_ib `No IB port is ACTIVE`, a port or link it found down
     (compiled(r"(?i)no (?:ib |infiniband |opa )?port(?: \S+)? is active|\bport\b[^\n]*\b(?:not active|is down)\b|\blink (?:is )?down\b"),
