@@ -1,4 +1,6 @@
-"""The per-user cache of what the rule pack builds from its files (validated rules, code tables).
+"""The per-user cache of what the rule pack builds from its files (validated rules, code tables)
+and of the scanner's compiled Hyperscan literal database (scanner._hyperscan_db, keyed by the
+literals themselves through read/write).
 
 Keyed by the bytes of the files a value is built from, so any change builds again.  Values are
 pickles: only a file of this user that nobody else can write is read.  A few values per kind are
