@@ -153,8 +153,10 @@ def _analyse_and_store(facts: JobFacts, config, backend, apply: bool, how: str):
     entries, note = plan(diagnosis, config)
     if apply:
         entries = apply_policy(entries, config, backend)
-    uid = info.uid if info is not None and info.uid is not None else _env_int(env, "SLURM_JOB_UID")
-    user = (info.user if info is not None else None) or env.get("SLURM_JOB_USER")
+    uid, user, told_by = job_owner(info, env)
+    if uid is None:
+        log(f"job {facts.job_id}: owner unknown (neither Slurm's record nor SLURM_JOB_UID gives one); "
+            "the diagnosis stays readable by the admin group only")
     state = info.state if info is not None else job.state
     store = Store(config.results, config.admin_group, config.index_url, config.index_visibility)
     row = store.save(
@@ -165,7 +167,7 @@ def _analyse_and_store(facts: JobFacts, config, backend, apply: bool, how: str):
     summary = ", ".join(f"{e['node']}={e['status']}" for e in entries) or "none"
     log(
         f"job {facts.job_id}: {diagnosis.domain}/{diagnosis.category} ({diagnosis.quality}) culprits="
-        f"{','.join(diagnosis.culprit_nodes) or '-'} drains: {summary}; {how}"
+        f"{','.join(diagnosis.culprit_nodes) or '-'} drains: {summary}; owner {user or '-'} uid {uid} ({told_by}); {how}"
     )
     return row
 
@@ -214,6 +216,25 @@ def _after_store(store, config, row, diagnosis) -> None:
                         f"{delivery.error}; kept in the dead-letter file")
         except Exception as exc:  # noqa: BLE001 - a webhook never fails the worker
             log(f"job {row.job_id}: webhooks: {type(exc).__name__}: {exc}")
+
+
+def job_owner(info, env: dict) -> tuple[int | None, str | None, str]:
+    """(uid, user name, who said so) of the job's owner: Slurm's record, else the EpilogSlurmctld
+    environment, else the user name looked up in the password database."""
+    import pwd
+
+    user = (info.user if info is not None else None) or env.get("SLURM_JOB_USER") or None
+    if info is not None and info.uid is not None:
+        return info.uid, user, info.source or "slurm"
+    uid = _env_int(env, "SLURM_JOB_UID")
+    if uid is not None:
+        return uid, user, "SLURM_JOB_UID"
+    if user:
+        try:
+            return pwd.getpwnam(user).pw_uid, user, "passwd"
+        except KeyError:
+            pass
+    return None, user, "unknown"
 
 
 def _env_int(env: dict, key: str) -> int | None:

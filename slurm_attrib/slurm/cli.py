@@ -41,12 +41,12 @@ def _time(value: str | None) -> float | None:
 
 
 def _owner(value: str | None) -> tuple[str | None, int | None]:
-    """`root(0)` -> ('root', 0)."""
+    """`root(0)` -> ('root', 0); `(null)(1001)` (a uid slurmctld could not name) -> (None, 1001)."""
     if not value:
         return None, None
-    m = re.fullmatch(r"([^()]*)\(([0-9]+)\)", value)
+    m = re.fullmatch(r"(.*)\(([0-9]+)\)", value)
     if m:
-        return (m.group(1) or None), int(m.group(2))
+        return (m.group(1) if m.group(1) not in ("", "(null)") else None), int(m.group(2))
     return value, None
 
 

@@ -355,7 +355,8 @@ def test_8_show_as_owner_and_as_other_user(e2e):
     assert e2e.cluster.wait_job(job) == "COMPLETED"
     e2e.diagnosis(job)
     st = (e2e.results / str(job) / "diagnosis.json").stat()
-    assert st.st_mode & 0o777 == 0o640 and st.st_uid == int(subprocess.check_output(["id", "-u", user]))
+    worker_log = [ln for ln in (e2e.results / "worker.log").read_text().splitlines() if f"job {job}:" in ln]
+    assert st.st_mode & 0o777 == 0o640 and st.st_uid == int(subprocess.check_output(["id", "-u", user])), worker_log
     r = e2e.sattrib("show", str(job), user=user, python=py)
     assert r.returncode == 0 and f"Job {job}" in r.stdout, r.stderr
     r = e2e.sattrib("show", str(job), "--json", user=user, python=py)
