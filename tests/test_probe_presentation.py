@@ -29,8 +29,8 @@ def test_a_changed_verdict_is_listed(tmp_path):
     case.mkdir(parents=True)
     (case / "expected.yaml").write_text("domain: none\ncategory: success\n")
     # a syslog line pasted into job output does not come labelled: labelled, its header is not read
-    (case / "log.txt").write_text("Mar 24 09:53:55 cn110 kernel: python[3551]: segfault at 1378 ip 00007fff859dbeff"
-                                  " sp 00007fff3b60ce60 error 4 in libcuda.so.418.67[7fff858c5000+dec000]\n")
+    # (and the rule, gpu.amdgpu_xgmi_link_error, reads kernel and syslog lines only)
+    (case / "log.txt").write_text("Mar 24 09:53:55 cn110 kernel: amdgpu 0000:c1:00.0: amdgpu: XGMI PCS DataLossErr detected\n")
     done = subprocess.run([sys.executable, str(PROBE), "label", str(tmp_path)], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines()[-1] == "label: 1 of 1 cases changed", done.stdout
 
