@@ -295,3 +295,18 @@ def test_a_mixed_journal_is_decided_from_a_few_dozen_lines(classified, share, na
 def test_a_share_near_the_bound_reads_the_whole_sample(classified):
     assert detect_kind(_mixed_journal(0.45), "kern.log") == "kernel"
     assert len(classified) == kinds.HEAD_LINES + kinds.TAIL_LINES
+
+
+def test_a_block_pasted_indented_is_read_as_its_lines():
+    """A post's code block indents every line: the indent common to all lines is set aside before
+    the lines are classified, so one nvidia-smi -L line among program output does not make the
+    whole block nvidia-smi output (every other line would stay neutral)."""
+    block = (b"./gpu_burn 10\nUsing compare file: compare.ptx\nBurning for 10 seconds.\n"
+             b"GPU 0: NVIDIA GeForce GT 730 (UUID: GPU-25efeac4-b495-8239-003d-7618be1f3f9d)\n"
+             b"Couldn't init a GPU test: Error in load module (gpu_burn-drv.cpp:238): a PTX JIT compilation failed\n")
+    indented = b"".join(b"    " + line + b"\n" for line in block.splitlines())
+    assert detect_kind(block, "log.txt") == "app"
+    assert detect_kind(indented, "log.txt") == "app"
+    # indented nvidia-smi output is still nvidia-smi output
+    for smi in (NVIDIA_SMI, NVIDIA_SMI_L):
+        assert detect_kind(b"".join(b"    " + line + b"\n" for line in smi.splitlines()), "log.txt") == "nvidia_smi"

@@ -141,6 +141,14 @@ def _sample(data: bytes) -> tuple[list[bytes], list[bytes]]:
     return lines, tail_lines
 
 
+def _dedented(lines: list[bytes]) -> list[bytes]:
+    """The lines without the blanks all of them start with (a block pasted indented: a post's code
+    block, a quoted file), which would leave every line neutral but a rare marker."""
+    indents = [len(line) - len(line.lstrip(b" \t")) for line in lines if line.strip()]
+    common = min(indents, default=0)
+    return [line[common:] for line in lines] if common else lines
+
+
 # A part of the sample stops early once this many lines were classified and one class holds
 # DECIDED_SHARE of them (keeps 10,000-file directories fast).
 DECIDED_AFTER = 40
@@ -218,7 +226,7 @@ def detect_kind(data: bytes, name: str) -> str:
     by_name = name_hint(name)
     for part in _sample(data):
         classified = 0
-        for raw in part:
+        for raw in _dedented(part):
             cls, command = _classify(_decode(raw))
             if command:
                 hints.append(command)
