@@ -76,9 +76,10 @@ def after_in_same_file(event: Event, context: JudgeContext, types: list[str]) ->
 
 
 def before_in_same_file(event: Event, context: JudgeContext, types: list[str]) -> str | None:
-    """The event's line comes before the last event of one of `types` in the same file."""
+    """The event's line comes before the last event of one of `types` in the same file, or is
+    that line (a progress line a logger files under ERROR carries its own error word)."""
     last = _lines_of(context, types, max).get(event.order[0])
-    return f"before line {last}" if last is not None and event.order[1] < last else None
+    return f"before line {last}" if last is not None and event.order[1] <= last else None
 
 
 def recovered_before_failure(event: Event, context: JudgeContext, recoveries: list[str], connection: dict[str, str],
