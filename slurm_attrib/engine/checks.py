@@ -453,9 +453,14 @@ def no_collective_timeout(context: JudgeContext) -> bool:
 COMPLETION_MARKERS = ("job_progress_done", "program_exit", "elastic_run_finished")  # the job said it finished
 
 
+def said_it_finished(events: list[Event]) -> bool:
+    """The program said it finished (progress done, a normal exit, the elastic agent's finish)."""
+    return any(e.type in COMPLETION_MARKERS for e in events)
+
+
 def no_completion_marker(context: JudgeContext) -> bool:
     """The program never said it finished (progress done, a normal exit)."""
-    return not any(e.type in COMPLETION_MARKERS for e in context.events)
+    return not said_it_finished(context.events)
 
 
 def stalled_progress(events: list[Event]) -> Event | None:
@@ -464,7 +469,7 @@ def stalled_progress(events: list[Event]) -> Event | None:
     `Killed` after a bar) and the program never said it finished: a run that stalled, which is
     no success (issue 20: success needs a positive end)."""
     progress = [e for e in events if e.type == "job_progress" and isinstance(e.fields.get("total"), int)]
-    if not progress or any(e.type in COMPLETION_MARKERS for e in events):
+    if not progress or said_it_finished(events):
         return None
     last = max(progress, key=lambda e: e.sort_key)
     stopped_short = last.fields.get("done", 0) < last.fields["total"]

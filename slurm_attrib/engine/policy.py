@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from slurm_attrib.engine import outcome
+from slurm_attrib.engine.checks import said_it_finished
 from slurm_attrib.engine.culprits import FINDERS, CulpritContext, blamed_peer
 from slurm_attrib.engine.events import Event
 from slurm_attrib.engine.explain import drain_reason
@@ -143,6 +144,7 @@ def holds(when: When | None, verdict: Verdict, job: JobContext, events: list[Eve
         and (when.other_causes is None or _other_causes(primary, events) == when.other_causes)
         and (when.blamed_peer is None or bool(blamed_peer(events)) == when.blamed_peer)
         and (when.any is None or any(matches(when.any, e) for e in events))
+        and (when.said_it_finished is None or said_it_finished(events) == when.said_it_finished)
         and (not when.quality or verdict.quality in when.quality)
         and (when.every_rival is None or all(matches(when.every_rival, r) for r in verdict.rivals))
     )

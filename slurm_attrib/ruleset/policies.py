@@ -23,6 +23,7 @@ follows from it.
           other_causes: true              # another cause of another domain it does not explain
           blamed_peer: true               # the job's lines blame one peer node (culprits.blamed_peer)
           any: {type: [work_progress]}    # some event holds for this matcher
+          said_it_finished: true          # the program said it finished (engine/checks.said_it_finished)
           quality: [confirmed]            # the verdict's quality is one of these (drain)
           every_rival: {trusted: true}    # every rival holds for this matcher (drain)
         quality: insufficient             # quality: what the row gives
@@ -89,6 +90,7 @@ class When(Strict):
     other_causes: bool | None = None  # another cause, of another domain, that the chosen one does not explain
     blamed_peer: bool | None = None  # the job's lines blame one peer node (engine/culprits.blamed_peer)
     any: EventMatch | None = None  # some event of the job holds for this matcher
+    said_it_finished: bool | None = None  # an event of engine/checks.COMPLETION_MARKERS (a positive end)
     every_rival: EventMatch | None = None  # every rival of the cause holds for this matcher (none: holds)
 
     @field_validator("text")
