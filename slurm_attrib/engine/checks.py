@@ -450,7 +450,7 @@ def no_collective_timeout(context: JudgeContext) -> bool:
     return not any(e.type in HANG_TYPES and e.role != "context" for e in context.events)
 
 
-COMPLETION_MARKERS = ("job_progress_done", "program_exit", "elastic_run_finished")  # the job said it finished
+COMPLETION_MARKERS = ("job_progress_done", "program_exit", "elastic_run_finished", "run_finished")  # the job said it finished
 
 
 def said_it_finished(events: list[Event]) -> bool:
