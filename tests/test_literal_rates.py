@@ -45,6 +45,10 @@ KNOWN_FLOODS = {
     ".c:": "nccl.error_propagation: kernel drivers print `file.c:line`; the file name before it is any word",
     # `[rank0]:[E1205 ...] Timeout at NCCL work`; the AER form is `[ 5] Timeout`
     "] Timeout": "host.pcie_aer_detail: the digits before it vary",
+    # NCCL's plugin probe (`Plugin load returned 2 : libnccl-net.so: cannot open shared object
+    # file: No such file or directory`) on every rank; the second look's regex reads only a tool's
+    # own `<program>: <path>:` form, and is read only when the rules proper found no origin
+    "No such file or directory": "fallback.missing_file: strerror(ENOENT) has no longer form to require",
 }
 TINY_NODES = {"a_1024n_nccl_info": 4, "g_32768_rank_cascade": 8}
 RULES = load_rules()
