@@ -454,12 +454,13 @@ COMPLETION_MARKERS = ("job_progress_done", "program_exit", "elastic_run_finished
 
 
 def said_it_finished(events: list[Event]) -> bool:
-    """The program said it finished (progress done, a normal exit, the elastic agent's finish)."""
+    """The program said it finished (progress done, a normal exit, the elastic agent's finish, the
+    run's own end record)."""
     return any(e.type in COMPLETION_MARKERS for e in events)
 
 
 def no_completion_marker(context: JudgeContext) -> bool:
-    """The program never said it finished (progress done, a normal exit)."""
+    """The program never said it finished (said_it_finished)."""
     return not said_it_finished(context.events)
 
 
