@@ -310,3 +310,23 @@ def test_a_block_pasted_indented_is_read_as_its_lines():
     # indented nvidia-smi output is still nvidia-smi output
     for smi in (NVIDIA_SMI, NVIDIA_SMI_L):
         assert detect_kind(b"".join(b"    " + line + b"\n" for line in smi.splitlines()), "log.txt") == "nvidia_smi"
+
+
+def test_the_common_indent_is_read_only_when_every_line_may_have_one():
+    """_dedented returns at once when a line starts with text; otherwise it computes the common
+    indent.  Both ways give what the full computation gives, on lines of every start."""
+    import random
+
+    def full(lines):
+        indents = [len(line) - len(line.lstrip(b" \t")) for line in lines if line.strip()]
+        common = min(indents, default=0)
+        return [line[common:] for line in lines] if common else lines
+
+    starts = [b"", b" ", b"  ", b"\t", b"\r", b"\x0b", b"\x0c", b"x", b"[", b"0", b"\xc3\xa9"]
+    rng = random.Random(7)
+    for _ in range(3000):
+        lines = [b"".join(rng.choices(starts, k=rng.randint(0, 3))) + rng.choice([b"", b"text", b" x"])
+                 for _ in range(rng.randint(0, 6))]
+        assert kinds._dedented(lines) == full(lines), lines
+    assert kinds._dedented([b"    a", b"  b", b""]) == [b"  a", b"b", b""]
+    assert kinds._dedented([b"    a", b"b"]) == [b"    a", b"b"]

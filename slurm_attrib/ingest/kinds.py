@@ -141,9 +141,15 @@ def _sample(data: bytes) -> tuple[list[bytes], list[bytes]]:
     return lines, tail_lines
 
 
+# what a blank line or an indented one starts with (bytes.strip's whitespace); b"" for an empty line
+_BLANK_STARTS = frozenset((b"", b" ", b"\t", b"\r", b"\n", b"\x0b", b"\x0c"))
+
+
 def _dedented(lines: list[bytes]) -> list[bytes]:
     """The lines without the blanks all of them start with (a block pasted indented: a post's code
     block, a quoted file), which would leave every line neutral but a rare marker."""
+    if any(line[:1] not in _BLANK_STARTS for line in lines):
+        return lines  # a line starts with text: nothing in common (most files, read at no cost)
     indents = [len(line) - len(line.lstrip(b" \t")) for line in lines if line.strip()]
     common = min(indents, default=0)
     return [line[common:] for line in lines] if common else lines
