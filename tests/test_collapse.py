@@ -102,3 +102,45 @@ def test_no_lead_stands_on_a_line_a_collapsed_event_counts(tmp_path):
     diagnosis = analyze_path(write_job(tmp_path, {"gpu02/dmesg.txt": dmesg, "gpu02/journal.txt": journal}))
     assert (diagnosis.category, diagnosis.culprit_nodes) == ("no_evidence", [])
     assert not any(rule.startswith("fallback.") for rule in diagnosis.rules_fired)
+
+
+MONO_AER = "[{t:>12.6f}] pcieport 0000:27:01.0: AER: Corrected error received: 0000:27:01.0\n"
+BOOT_PAIR = "2026-12-02T12:00:10+0000 gpu02 kernel: [   10.000000] Linux version 6.8.0-45-generic\n"  # boot: 12:00:00
+
+
+def _judged(root, rule_id):
+    from slurm_attrib.engine.pipeline import judge_path
+
+    _, events = judge_path(root)
+    return sorted((e for e in events if e.rule_id == rule_id and e.source.endswith("dmesg.txt")), key=lambda e: e.order)
+
+
+def test_boot_relative_noise_is_one_event_per_side_once_placed(tmp_path):
+    """dmesg's seconds-since-boot lines collapse per minute while the boot time is unknown; placed
+    on the wall clock, the minutes in a row on one side of the job's window are one event, with
+    the count of that side and the time of its last line (join_minutes)."""
+    before = [3000 + 50 * n for n in range(6)]  # 12:50:00-12:54:10: before the window (13:00, 2 min slack)
+    inside = [3700 + 100 * n for n in range(10)]  # 13:01:40-13:16:40
+    dmesg = "".join(MONO_AER.format(t=float(t)) for t in before + inside)
+    root = write_job(tmp_path, {"gpu02/dmesg.txt": dmesg, "gpu02/journal.txt": BOOT_PAIR})
+    scanned = _events(root, "host.pcie_aer_corrected")
+    assert len(scanned) == 15  # one per minute while scanning
+    events = _judged(root, "host.pcie_aer_corrected")
+    boot = scanned[0].time - before[0]
+    assert [e.repeats for e in events] == [6, 10]
+    assert [e.time - boot for e in events] == [before[0], inside[0]]
+    assert [e.last_time - boot for e in events] == [before[-1], inside[-1]]
+
+
+def test_noise_placed_through_the_same_line_elsewhere_joins_too(tmp_path):
+    """A node whose boot time comes only from a line dmesg and the journal both hold
+    (anchor_boot_clock): its minutes join once anchored, and their last lines are placed too."""
+    inside = [3700 + 30 * n for n in range(12)]  # 13:01:40-13:07:10, the boot at 12:00:00
+    dmesg = "[ 3650.000000] NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, Graphics Exception\n"
+    dmesg += "".join(MONO_AER.format(t=float(t)) for t in inside)
+    journal = "2026-12-02T13:00:50+0000 gpu02 kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, Graphics Exception\n"
+    root = write_job(tmp_path, {"gpu02/dmesg.txt": dmesg, "gpu02/journal.txt": journal})
+    (event,) = _judged(root, "host.pcie_aer_corrected")
+    assert event.repeats == 12
+    assert event.notes.get("time_from") == "boot time from the same line in another log"
+    assert event.last_time - event.time == inside[-1] - inside[0]

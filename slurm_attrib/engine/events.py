@@ -79,6 +79,7 @@ class Event:
     fallback: bool = False  # from a second-look rule: a lead, not a finding
     repeats: int = 1  # lines this event stands for (a collapsing rule's hits, event.collapse)
     last_time: float | None = None  # with repeats: the time of the last of them, when it has its own
+    last_mono: float | None = None  # ... and its seconds since boot, while not placed on the wall clock
     ranks: dict[int, RankShare] | None = None  # a cascade's event (rule event.cascade): its ranks' lines
     decided_by: list[str] = field(default_factory=list)  # ids of the relations that changed it, in order
     chosen: bool = False  # the cause the ranking chose: what the link stratum's relations read
@@ -116,6 +117,7 @@ class ScanResult:
     events: list[Event]
     boot_times: dict[str, float]
     last_seen: dict[str, float]
+    minutes: list[list[Event]]  # per key, a collapsing rule's events of boot-relative lines, one per minute (join_minutes)
 
 
 def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, float] | None = None) -> ScanResult:
@@ -130,17 +132,19 @@ def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, fl
         merge_observations(observations, scan.observations)
     boots = boot_times if boot_times is not None else boot_times_from(observations)
     events: list[Event] = []
+    minutes: list[list[Event]] = []
     for scan in scans:
         for event, (stamp, stated_at) in zip(scan.events, scan.raw):
             _place_in_time(event, stamp, boots.get(event.node) if event.node else None, stated_at)
             for share in (event.ranks or {}).values():
                 share.stamp = _place(share.stamp, boots.get(event.node) if event.node else None)[0]
         for event, stamp in scan.last_stamps:
-            event.last_time = _place(stamp, boots.get(event.node) if event.node else None)[0]
+            event.last_time, event.last_mono = _place(stamp, boots.get(event.node) if event.node else None)
+        minutes.extend(scan.minutes.values())
         _date_from_later_events(scan.events)
         events.extend(scan.events)
     stamps = [(source.node, scan.last) for source, scan in zip(evidence.files, scans) if source.node]
-    return ScanResult(events, boots, _last_seen_from(stamps, boots))
+    return ScanResult(events, boots, _last_seen_from(stamps, boots), minutes)
 
 
 @dataclass
@@ -150,6 +154,9 @@ class _FileScan:
     observations: dict[str, list[float]]  # boot-time observations (kernel and syslog files)
     last: LineTime  # the time of the file's last stamped line
     last_stamps: list[tuple[Event, LineTime]] = field(default_factory=list)  # collapsed events: their last line's own stamp
+    # collapsed events of lines with only a boot-relative time, one per minute (_when), by the rest
+    # of their key, in file order: joined once placed on the wall clock (_join_minutes)
+    minutes: dict[tuple, list[Event]] = field(default_factory=dict)
 
 
 def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | None, want_boots: bool,
@@ -193,6 +200,8 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
                 scan.raw.append((stamp, hit.fields.get("at")))
                 if key is not None:
                     collapsed[key] = event
+                    if spec.collapse is not None and key[5][0] == "mono" and key[5][1] is not None:
+                        scan.minutes.setdefault(key[:5] + key[6:], []).append(event)
                     if spec.cascade is not None:
                         event.ranks = {}
                         _join_cascade(event, hit, origin, source, stamp)
@@ -340,6 +349,28 @@ def _read_alone(scanner: Scanner, clock: FileClock, data: bytes, kind: str, offs
         return None
     origin = line_origin(text)
     return _event_key(hits[0], origin, stamp, False, job), hits[0], text, stamp, origin
+
+
+def join_minutes(events: list[Event], minutes: list[list[Event]], job: JobContext) -> None:
+    """One event for the lines of a collapsing rule that share a key and a side of the job's window.
+    Lines with only a boot-relative time were collapsed per minute (their side was not known while
+    scanning); once placed on the wall clock (scan_evidence, anchor_boot_clock), the minutes in a
+    row on one side join the first of them.  Every side's count stays what it was, and a node whose
+    dmesg prints seconds since boot holds a few events per device instead of one per minute."""
+    joined: set[int] = set()
+    for run in minutes:
+        keeper: Event | None = None
+        for event in run:
+            if event.time is None:
+                keeper = None  # not placed: the node's boot time is unknown
+            elif keeper is not None and window_side(event.time, job) == window_side(keeper.time, job):
+                keeper.repeats += event.repeats
+                keeper.last_time = event.last_time if event.last_time is not None else event.time
+                joined.add(id(event))
+            else:
+                keeper = event
+    if joined:
+        events[:] = [event for event in events if id(event) not in joined]
 
 
 def _date_from_later_events(file_events: list[Event]) -> None:
@@ -562,6 +593,8 @@ def anchor_boot_clock(events: list[Event]) -> None:
         if event.time is None and event.mono is not None and event.node in boots:
             event.time = sane_time(boots[event.node] + event.mono)
             event.notes["time_from"] = "boot time from the same line in another log"
+            if event.last_time is None and event.last_mono is not None:
+                event.last_time = sane_time(boots[event.node] + event.last_mono)
 
 
 def date_onsets(events: list[Event], last_seen: dict[str, float]) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from slurm_attrib.collection import no_cycle_collection
 from slurm_attrib.engine.diagnose import judge
-from slurm_attrib.engine.events import Event, anchor_boot_clock, date_onsets, resolve_nodes, scan_evidence
+from slurm_attrib.engine.events import Event, anchor_boot_clock, date_onsets, join_minutes, resolve_nodes, scan_evidence
 from slurm_attrib.ingest.hostmap import ip_host_pairs
 from slurm_attrib.ingest.layout import load_evidence, load_file
 from slurm_attrib.ingest.types import Evidence
@@ -71,6 +71,7 @@ def _analyze(evidence: Evidence, scanner: Scanner, rule_dirs: tuple[Path, ...]) 
     held = Evidence(evidence.root, evidence.job, [f for f in evidence.files if not f.streamed], evidence.coverage)
     resolve_nodes(events, evidence.job, ip_host_pairs(held))
     anchor_boot_clock(events)
+    join_minutes(events, scanned.minutes, evidence.job)
     date_onsets(events, scanned.last_seen)
     fired = sorted({e.rule_id for e in events})
     return judge(evidence, events, fired, scanned.last_seen, rule_dirs)
