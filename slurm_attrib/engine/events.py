@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_attrib.engine.cascades import CASCADE_KINDS, CascadeCounter, Group
 from slurm_attrib.engine.counting import (
     COUNT_FROM_BYTES, COUNTED_KINDS, Count, NoiseCounter, arrow_available, member_offsets,
 )
@@ -160,16 +161,25 @@ class _FileScan:
 
 
 def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | None, want_boots: bool,
-               job: JobContext, counter: NoiseCounter | None = None) -> _FileScan:
+               job: JobContext, counter: NoiseCounter | None = None,
+               cascades: CascadeCounter | None = None) -> _FileScan:
     clock = FileClock(source, year)
     scan = _FileScan([], [], {}, NO_TIME)
     collapsed: dict[tuple, Event] = {}
+    regrouped: dict[int, Event] = {}  # cascade events that counted groups joined: their ranks put in line order
     tail, line, first_window = b"", 1, True
     for window in source.windows():
         clock.enter(window.data, window.offset)
         ends = ("both" if window.last else "first") if first_window else ("last" if window.last else "none")
-        counts, candidates = ([], None) if counter is None else counter.split(
-            index, window.data, source.kind, window.begin, window.end, line)
+        groups: list[Group] = []
+        if cascades is not None and source.kind in CASCADE_KINDS:
+            data = window.data
+            groups, candidates = cascades.split(data, source.kind, window.begin, window.end, line,
+                                                lambda group: _read_group(group, data, scanner, clock, job))
+            counts = []
+        else:
+            counts, candidates = ([], None) if counter is None else counter.split(
+                index, window.data, source.kind, window.begin, window.end, line)
         hits = scanner.scan(window.data, source.kind, window.begin, window.end, line, ends, candidates)
         counted, unsure = _checked_counts(counts, window.data, source.kind, scanner, clock, job)
         if unsure:
@@ -177,7 +187,13 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
         first_window = False
         last_stamps: dict[int, tuple[int, Event, LineTime]] = {}  # by id(event): events compare by value
         read_at = -1  # the offset of the line read last: the hits on one line share its time and origin
-        for item in heapq.merge(hits, counted, key=_offset_of) if counted else hits:
+        items = heapq.merge(hits, counted, groups, key=_offset_of) if counted or groups else hits
+        for item in items:
+            if item.__class__ is Group:
+                _join_group(item, source, index, job, scan, collapsed, last_stamps)
+                regrouped[id(collapsed[item.key])] = collapsed[item.key]
+                read_at = -1
+                continue
             if item.__class__ is _Counted:
                 hit, first_line, stamp, origin, inherited, read_at = item.hit, item.text, item.stamp, item.origin, False, -1
             else:
@@ -214,6 +230,8 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
             boot_observations(window.data, window.begin, window.end, source.node, year, scan.observations)
         if window.last:
             tail = window.data
+    for event in regrouped.values():  # a rank's first line may have come after another's in a later group
+        event.ranks = dict(sorted(event.ranks.items(), key=lambda pair: pair[1].lineno))
     scan.last = last_time(tail, year) if source.node else NO_TIME
     return scan
 
@@ -236,11 +254,13 @@ def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boo
         if scans is not None:
             return scans
     counter = _counter(evidence, scanner, year)
+    job = evidence.job
+    cascades = CascadeCounter(scanner, year, lambda stamp: _when(stamp, job)) if arrow_available() else None
     scans = []
     for i, source in enumerate(evidence.files):
         if counter is not None:
             counter.prepare(evidence.files, i)  # small files: counted many to one batch
-        scans.append(_scan_file(i, source, scanner, year, want_boots, evidence.job, counter))
+        scans.append(_scan_file(i, source, scanner, year, want_boots, evidence.job, counter, cascades))
     return scans
 
 
@@ -316,6 +336,59 @@ class _Counted:
     lines: int
     last: int  # the last line's offset
     last_stamp: LineTime
+
+
+def _read_group(group: Group, data: bytes, scanner: Scanner, clock: FileClock, job: JobContext) -> bool:
+    """Whether the Python way reads a counted cascade group's first and last lines as Arrow read
+    them (cascades.py's safety net): their hits, time, origin, event key and rank."""
+    for offset, lineno, literal_ids in ((group.first, group.first_lineno, group.literal_ids),
+                                        (group.last, group.last_lineno, group.last_literal_ids)):
+        hits = scanner.match_at(data, offset, lineno, "app", literal_ids)
+        if frozenset(h.rule.id for h in hits) != group.rules_at[offset]:
+            return False
+        hit = next(h for h in hits if h.rule is group.rule.rule)
+        text = hit.text.split("\n", 1)[0]
+        stamp, inherited = clock.stamp_of(text, offset)
+        origin = line_origin(text)
+        if inherited or _event_key(hit, origin, stamp, inherited, job) != group.key:
+            return False
+        share = group.ranks.get(_rank_of(hit, origin))
+        if share is None or (offset == group.first and share.offset != offset):
+            return False
+        if offset == group.first and (hit, text, stamp, origin) != group.read():
+            return False
+        if offset == group.last and stamp != group.last_stamp:
+            return False
+    return True
+
+
+def _join_group(group: Group, source: SourceFile, index: int, job: JobContext, scan: _FileScan,
+                collapsed: dict[tuple, Event], last_stamps: dict) -> None:
+    """A counted cascade group makes or joins its event, as its lines would one by one."""
+    key, last_stamp = group.key, group.last_stamp
+    event = collapsed.get(key)
+    if event is None:
+        hit, text, stamp, origin = group.read()
+        event = _event_from_hit(hit, source, index, text, origin, False)
+        scan.events.append(event)
+        scan.raw.append((stamp, hit.fields.get("at")))
+        collapsed[key] = event
+        event.ranks = {}
+        event.repeats = group.lines
+    else:
+        event.repeats += group.lines
+    if group.lines > 1 or event.repeats > group.lines:
+        _note_last(last_stamps, event, group.last, last_stamp)
+    for rank, lines in group.ranks.items():
+        share = event.ranks.get(rank)
+        if share is None:
+            event.ranks[rank] = RankShare(lines.lineno, source.original_line(lines.lineno), lines.stamp, lines.text,
+                                          lines.lines)
+            continue
+        if lines.lineno < share.lineno:
+            share.lineno, share.line, share.stamp, share.text = (
+                lines.lineno, source.original_line(lines.lineno), lines.stamp, lines.text)
+        share.lines += lines.lines
 
 
 def _checked_counts(counts: list[Count], data: bytes, kind: str, scanner: Scanner, clock: FileClock,
@@ -542,6 +615,10 @@ def _join_cascade(event: Event, hit: Hit, origin: Origin, source: SourceFile, st
     share = event.ranks.get(rank)
     if share is not None:
         share.lines += 1
+        if hit.lineno < share.lineno:  # a counted group's line came first in the file, this one is earlier
+            placed = origin.task is not None or bool(origin.host or hit.fields.get("host") or hit.fields.get("node"))
+            share.lineno, share.line, share.stamp = hit.lineno, source.original_line(hit.lineno), stamp
+            share.text = None if placed else hit.text
     else:
         placed = origin.task is not None or bool(origin.host or hit.fields.get("host") or hit.fields.get("node"))
         event.ranks[rank] = RankShare(hit.lineno, source.original_line(hit.lineno), stamp, None if placed else hit.text)
