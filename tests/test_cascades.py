@@ -5,7 +5,6 @@ in a job output read window by window."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import sys
@@ -16,7 +15,7 @@ import pytest
 pytest.importorskip("pyarrow")
 
 from slurm_attrib.engine import cascades, events  # noqa: E402
-from slurm_attrib.engine.events import Event, scan_evidence  # noqa: E402
+from slurm_attrib.engine.events import scan_evidence  # noqa: E402
 from slurm_attrib.engine.pipeline import _scanner, load_any  # noqa: E402
 from slurm_attrib.ingest import readers  # noqa: E402
 from slurm_attrib.ingest.origin import Origin, line_origin  # noqa: E402
@@ -27,6 +26,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 from realistic_corpora import SPECS, scaling_spec, write_corpus  # noqa: E402
+from tests.test_counting import event_rows  # noqa: E402
 
 
 def _scan(folder: Path, monkeypatch, counted: bool, window: int | None = None):
@@ -56,26 +56,11 @@ def _scan(folder: Path, monkeypatch, counted: bool, window: int | None = None):
     return result, tally["lines"]
 
 
-def _rows(found) -> list[tuple]:
-    def row(event: Event) -> tuple:
-        values = []
-        for field in dataclasses.fields(Event):
-            value = getattr(event, field.name)
-            if field.name == "explained_by":
-                value = None if value is None else value.order
-            elif field.name == "ranks" and value is not None:
-                value = [(rank, dataclasses.astuple(share)) for rank, share in value.items()]  # in order
-            values.append((field.name, value))
-        return tuple(values)
-
-    return [row(e) for e in found.events]
-
-
 def _same(folder: Path, monkeypatch, window: int | None = None) -> int:
     counted, lines = _scan(folder, monkeypatch, counted=True, window=window)
     plain, none = _scan(folder, monkeypatch, counted=False, window=window)
     assert none == 0
-    assert _rows(counted) == _rows(plain)
+    assert event_rows(counted) == event_rows(plain)
     assert counted.boot_times == plain.boot_times and counted.last_seen == plain.last_seen
     return lines
 
