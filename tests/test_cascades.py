@@ -47,6 +47,7 @@ def _scan(folder: Path, monkeypatch, counted: bool, window: int | None = None):
     with monkeypatch.context() as patch:
         patch.setattr(cascades, "MIN_LINES", 4 if counted else 10**12)
         patch.setattr(cascades, "READ_SHARE", 0.0)  # planned on, whatever share of its lines goes back
+        patch.setattr(events, "CASCADE_FROM_BYTES", 0)  # small job outputs: counted all the same
         patch.setattr(cascades.CascadeCounter, "split", spy)
         patch.setattr(events, "_read_group", spy_check)
         if window:
@@ -187,3 +188,13 @@ def test_only_the_rules_it_can_read_alike_are_counted() -> None:
             "torch.watchdog_thread_terminated"} <= counted
     # a hook rewrites its fields; following lines are not on the line; no cascade: no key to count by
     assert not counted & {"marker.nccl_rank", "torch.cpp_terminate_dist", "py.exception"}
+
+
+def test_a_small_job_output_does_not_load_arrow(tmp_path: Path) -> None:
+    """Arrow's import holds some 40 MB: a job whose output is smaller than COUNT_FROM_BYTES reads
+    its cascades in Python."""
+    _edge_job(tmp_path / "job")
+    evidence = load_any(tmp_path / "job")
+    assert events._cascade_counter(evidence, _scanner(()), 2025) is None
+    output = next(f for f in evidence.files if f.kind == "app")
+    assert output.content_size() < cascades.COUNT_FROM_BYTES

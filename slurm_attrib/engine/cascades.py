@@ -45,13 +45,16 @@ from slurm_attrib.ruleset.scanner import MAX_LINE_CHARS, CompiledRule, Hit, Scan
 from slurm_attrib.ruleset.spec import Rule, anchored, compiled
 
 CASCADE_KINDS = ("app",)
+# Job output bytes of a job from which Arrow is loaded (its import holds some 40 MB): below, the
+# cascades are too small for Arrow's passes to spare that (benchmarks/README.md).
+COUNT_FROM_BYTES = 32 * 1024 * 1024
 MIN_LINES = 2048  # planned lines of a window below which they are read in Python
 MAX_DIGITS = 18  # an integer field longer than this is read in Python (Arrow's int64)
 # A plan (a set of literals) whose lines went back to Python more often than this share is planned
 # no more: its lines have another shape (NCCL's INFO lines, unstamped lines a cascade rule reads).
 READ_SHARE = 0.5
 MAX_KEYS = 100_000  # raw keys whose event key is kept (a job's cascades have a few per node)
-MAX_STAMPS = 100_000  # stamps whose reading is kept
+MAX_STAMPS = 8192  # stamps whose reading is kept (most differ in their fraction: a small cache)
 
 # The line's shape: srun's label (` {0,6}N: `, as origin._LABEL), then PyTorch's rank prefix, then
 # the program's line.  Where the launchers' prefixes end is plain (origin.launcher_prefix_end, and

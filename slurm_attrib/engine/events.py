@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_attrib.engine.cascades import CASCADE_KINDS, CascadeCounter, Group
+from slurm_attrib.engine.cascades import COUNT_FROM_BYTES as CASCADE_FROM_BYTES
 from slurm_attrib.engine.counting import (
     COUNT_FROM_BYTES, COUNTED_KINDS, Count, NoiseCounter, arrow_available, member_offsets,
 )
@@ -254,8 +255,7 @@ def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boo
         if scans is not None:
             return scans
     counter = _counter(evidence, scanner, year)
-    job = evidence.job
-    cascades = CascadeCounter(scanner, year, lambda stamp: _when(stamp, job)) if arrow_available() else None
+    cascades = _cascade_counter(evidence, scanner, year)
     scans = []
     for i, source in enumerate(evidence.files):
         if counter is not None:
@@ -272,6 +272,16 @@ def _counter(evidence: Evidence, scanner: Scanner, year: int | None) -> NoiseCou
         return None
     job = evidence.job
     return NoiseCounter(scanner, year, lambda stamp: _when(stamp, job), int(COLLAPSE_MONO_SPAN))
+
+
+def _cascade_counter(evidence: Evidence, scanner: Scanner, year: int | None) -> CascadeCounter | None:
+    """Arrow's reading of the ranks' cascades (cascades.py), for a job whose output is large enough
+    to pay for loading it; not in worker processes (Arrow's threads and fork do not mix)."""
+    output = sum(f.content_size() for f in evidence.files if f.kind in CASCADE_KINDS)
+    if output < CASCADE_FROM_BYTES or not arrow_available():
+        return None
+    job = evidence.job
+    return CascadeCounter(scanner, year, lambda stamp: _when(stamp, job))
 
 
 def _worker_count(evidence: Evidence) -> int:
