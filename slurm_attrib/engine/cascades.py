@@ -105,15 +105,20 @@ class Group:
         clock and line_origin give: the safety net checks it)."""
         raw_text, meta, values, stamp, prefix_rank = self.first_line
         text = raw_text.decode("ascii")
-        fields = {}
-        for (name, is_int, empty_is_value), raw in zip(meta, values):
-            if raw is not None and (raw or empty_is_value):  # the group took part
-                fields[name] = int(raw) if is_int else raw.decode("ascii")
         event = self.rule.rule.event
-        hit = Hit(rule=self.rule.rule, lineno=self.first_lineno, offset=self.first, text=text, fields=fields,
+        hit = Hit(rule=self.rule.rule, lineno=self.first_lineno, offset=self.first, text=text,
+                  fields=_fields(meta, values),
                   domain=event.domain, category=event.category, role=event.role, severity=event.severity,
                   strength=event.strength)
         return hit, text, stamp, Origin(None, prefix_rank, self.key[2], None)
+
+
+def _fields(meta: list[tuple[str, bool, bool]], values: list[bytes | None]) -> dict[str, Any]:
+    """A line's fields as the scanner gives them: the groups that took part (a group that took
+    no part is empty text in Arrow, or none when its regex did not match), cast."""
+    return {name: int(raw) if is_int else raw.decode("ascii")
+            for (name, is_int, empty_is_value), raw in zip(meta, values)
+            if raw is not None and (raw or empty_is_value)}
 
 
 Candidates = list[tuple[int, frozenset[int] | None]]
@@ -431,17 +436,15 @@ class CascadeCounter:
                stamp) -> Group:
         """A new group at its first line (its key read once per raw key)."""
         values = [column[i] for _, column, _, _ in columns]
+        meta = [(name, is_int, empty_is_value) for name, _, is_int, empty_is_value in columns]
         key = self._keys.get(raw_key)
         if key is None:
-            fields = {name: int(raw) if is_int else raw.decode("ascii")
-                      for (name, _, is_int, empty_is_value), raw in zip(columns, values)
-                      if raw is not None and (raw or empty_is_value)}
+            fields = _fields(meta, values)
             task = int(tasks[row]) if tasks[row] else None
             key = (rule.rule.id, None, task, None, raw_key[2], *(fields.get(name) for name in rule.rule.event.cascade))
             if len(self._keys) >= MAX_KEYS:
                 self._keys.clear()
             self._keys[raw_key] = key
-        meta = [(name, is_int, empty_is_value) for name, _, is_int, empty_is_value in columns]
         literal_ids = self._plan_list[plans[row]].literal_ids
         return Group(rule, offsets[row], offsets[row], linenos[row], linenos[row], 0, literal_ids, key, {}, stamp,
                      (texts[row], meta, values, stamp, int(prefix_ranks[row])), literal_ids)
