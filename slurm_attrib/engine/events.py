@@ -11,8 +11,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_attrib.engine.cascades import CASCADE_KINDS, CascadeCounter, Group
-from slurm_attrib.engine.cascades import COUNT_FROM_BYTES as CASCADE_FROM_BYTES
+from slurm_attrib.engine.cascades import COUNT_FROM_BYTES as CASCADE_FROM_BYTES, CASCADE_KINDS, CascadeCounter, Group
 from slurm_attrib.engine.counting import (
     COUNT_FROM_BYTES, COUNTED_KINDS, Count, NoiseCounter, arrow_available, member_offsets,
 )
@@ -157,7 +156,7 @@ class _FileScan:
     last: LineTime  # the time of the file's last stamped line
     last_stamps: list[tuple[Event, LineTime]] = field(default_factory=list)  # collapsed events: their last line's own stamp
     # collapsed events of lines with only a boot-relative time, one per minute (_when), by the rest
-    # of their key, in file order: joined once placed on the wall clock (_join_minutes)
+    # of their key, in file order: joined once placed on the wall clock (join_minutes)
     minutes: dict[tuple, list[Event]] = field(default_factory=dict)
 
 
@@ -218,6 +217,7 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
                 if key is not None:
                     collapsed[key] = event
                     if spec.collapse is not None and key[5][0] == "mono" and key[5][1] is not None:
+                        # _collapse_key's sixth part is the line's minute: the rest keys its run
                         scan.minutes.setdefault(key[:5] + key[6:], []).append(event)
                     if spec.cascade is not None:
                         event.ranks = {}
