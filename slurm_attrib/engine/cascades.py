@@ -268,8 +268,9 @@ class CascadeCounter:
         return self._countable[rule.id]
 
     def _run(self, offsets: list[int], linenos: list[int], plans: list[int],
-             texts: list[bytes]) -> tuple[list[Group], Candidates]:
-        """Arrow's reading of the planned lines: their groups, and the lines left to Python."""
+             texts: list[bytes]) -> tuple[list[Group], Candidates, dict[str, set[int]]]:
+        """Arrow's reading of the planned lines: their groups, the lines left to Python, and per
+        rule the rows it hits (what a group's check compares with the scanner's hits)."""
         if self._arrow is None:
             from slurm_attrib.engine.counting import _arrow
 
