@@ -8,7 +8,7 @@ import pytest
 from slurm_attrib.engine.checks import check_problem
 from slurm_attrib.engine.relate import relations
 from slurm_attrib.engine.relation_tests import decided
-from slurm_attrib.ruleset.relations import Relation
+from slurm_attrib.ruleset.relations import Relation, RelationTest
 
 RELATIONS = relations()
 
@@ -136,3 +136,13 @@ def test_a_suppression_after_an_origin_runs_once_the_roots_are_ranked():
     loaded = (origin, late, later, early)
     assert [[r.id for r in round_] for round_ in suppress_rounds(loaded)] == [["sup.early"]]
     assert [[r.id for r in round_] for round_ in suppress_rounds(loaded, after_roots=True)] == [["sup.late"], ["sup.later"]]
+
+
+@pytest.mark.parametrize("filler, expected", [(58, ["py.exception@None"]), (61, [])])
+def test_an_ignored_exceptions_block_ends_within_its_bound(filler, expected):
+    """sup.exception_python_ignored reads the first exception line at most 60 lines below
+    `Exception ignored in:`; one further down is not that block's."""
+    relation = next(r for r in RELATIONS if r.id == "sup.exception_python_ignored")
+    lines = ["Exception ignored in: <function Foo.__del__ at 0x7f00>", *["  x = 1"] * filler, "ValueError: bad value"]
+    test = RelationTest(name="bound", input={"slurm-77.out": "\n".join(lines) + "\n"}, expect={"decided": expected})
+    assert decided(relation, test) == expected

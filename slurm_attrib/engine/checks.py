@@ -82,6 +82,28 @@ def before_in_same_file(event: Event, context: JudgeContext, types: list[str]) -
     return f"before line {last}" if last is not None and event.order[1] <= last else None
 
 
+def closes_a_block_of(event: Event, context: JudgeContext, types: list[str], lines: int) -> str | None:
+    """The event's line is the first of its type after an event of `types` in the same file, at
+    most `lines` lines below it: the end of the block that line opens (the exception a traceback
+    under Python's `Exception ignored in:` ends with)."""
+    def compute() -> dict[int, list[tuple[int, str]]]:
+        found: dict[int, list[tuple[int, str]]] = defaultdict(list)
+        for other in context.events:
+            found[other.order[0]].append((other.order[1], other.type))
+        for entries in found.values():
+            entries.sort()
+        return found
+
+    entries = context.once(("lines_and_types",), compute).get(event.order[0], [])
+    line = event.order[1]
+    for other_line, other_type in reversed(entries[:bisect.bisect_left(entries, (line, ""))]):
+        if other_type in types:
+            return f"ends the block of line {other_line}" if line - other_line <= lines else None
+        if other_type == event.type:
+            return None  # an earlier line of its type closed that block
+    return None
+
+
 def recovered_before_failure(event: Event, context: JudgeContext, recoveries: list[str], connection: dict[str, str],
                              grace: float, besides: dict[str, str] | None = None,
                              says: str = "the filesystem came back before anything failed") -> str | None:
@@ -190,6 +212,7 @@ SUPPRESS_CHECKS: dict[str, Callable[..., str | None]] = {"outside_job_window": o
                                                          "noted_on_its_node": noted_on_its_node,
                                                          "after_in_same_file": after_in_same_file,
                                                          "before_in_same_file": before_in_same_file,
+                                                         "closes_a_block_of": closes_a_block_of,
                                                          "not_in_own_kernel_log": not_in_own_kernel_log,
                                                          "job_state_disagrees": job_state_disagrees}
 
