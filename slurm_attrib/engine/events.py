@@ -716,6 +716,8 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             event.node = None
         if event.host and is_placeholder_host(event.host):
             event.host = None
+        if event.node is not None and event.kind != "app":
+            _to_the_node_it_names(event, known, job_nodes)
         if event.node is None and event.host:
             if event.host not in matched:
                 matched[event.host] = match_host(event.host, known)
@@ -783,6 +785,18 @@ def _cascade_parts(event: Event, rank_to_node: dict[int, str]) -> list[Event]:
         part.time = min(times) if times else event.time
         parts.append(part)
     return sorted(parts, key=lambda part: part.order)
+
+
+def _to_the_node_it_names(event: Event, known: set[str], job_nodes: frozenset[str]) -> None:
+    """A line of one node's system log whose rule names another node (slurmctld's `Setting node
+    gpu05 state to INVAL ...` in the controller's log, `Killing JobId=... on failed node gpu05`) is
+    about that node: it is the event's node, as a node of the job when the job's nodes are known."""
+    named = event.fields.get("node") or event.fields.get("host")
+    if not isinstance(named, str) or is_placeholder_host(named):
+        return
+    node = match_host(named, known)
+    if node != event.node:
+        event.node = _of_the_job(node, job_nodes, event) or event.node
 
 
 def _of_the_job(node: str, job_nodes: frozenset[str], event: Event) -> str | None:
