@@ -85,6 +85,7 @@ class Event:
     decided_by: list[str] = field(default_factory=list)  # ids of the relations that changed it, in order
     chosen: bool = False  # the cause the ranking chose: what the link stratum's relations read
     onset: str | None = None  # the rule's event.onset: how the failure the line reports is dated
+    reports_on: str | None = None  # the rule's event.reports_on: "named_node", a report on the node it names
 
     @property
     def body(self) -> str:
@@ -562,6 +563,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, first_line: str, o
         fallback=hit.rule.event.fallback,
         literals=hit.rule.match.contains,
         onset=hit.rule.event.onset,
+        reports_on=hit.rule.event.reports_on,
     )
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host
     event.rank = _rank_of(hit, origin)
@@ -716,7 +718,7 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             event.node = None
         if event.host and is_placeholder_host(event.host):
             event.host = None
-        if event.node is not None and event.kind != "app":
+        if event.reports_on == "named_node" and event.node is not None:
             _to_the_node_it_names(event, known, job_nodes)
         if event.node is None and event.host:
             if event.host not in matched:
@@ -788,9 +790,9 @@ def _cascade_parts(event: Event, rank_to_node: dict[int, str]) -> list[Event]:
 
 
 def _to_the_node_it_names(event: Event, known: set[str], job_nodes: frozenset[str]) -> None:
-    """A line of one node's system log whose rule names another node (slurmctld's `Setting node
-    gpu05 state to INVAL ...` in the controller's log, `Killing JobId=... on failed node gpu05`) is
-    about that node: it is the event's node, as a node of the job when the job's nodes are known."""
+    """A controller's report on a node (rule event.reports_on), read from the log of the host that
+    runs it (slurmctld's `Setting node gpu05 state to INVAL ...`, `Killing JobId=... on failed node
+    gpu05`), is that node's event, as a node of the job when the job's nodes are known."""
     named = event.fields.get("node") or event.fields.get("host")
     if not isinstance(named, str) or is_placeholder_host(named):
         return

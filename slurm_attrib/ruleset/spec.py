@@ -41,6 +41,8 @@ One rule turns one log line (or a short block starting at that line) into an eve
       onset: node_last_seen           # causes only: the line reports the failure of the node it
                                       # names after the fact; the failure began when that node was
                                       # last seen (its logs' last stamped line), when that is earlier
+      reports_on: named_node          # a controller's report on a node: the event is the node's its
+                                      # `node` or `host` field names, not the log's host's
     references: [https://...]
     examples:
       match: [{line: '...', fields: {...}}]
@@ -181,6 +183,12 @@ class EventSpec:
     # silent, and the ranking reads the earliest cause.  "node_last_seen": the event's time is its
     # node's last stamped line when that is earlier (events.date_onsets).
     onset: str | None = None
+    # A controller's or scheduler's report on a node (slurmctld's `Setting node gpu05 state to INVAL
+    # ...`, `Killing JobId=... on failed node gpu05`, a kubelet's node going NotReady), kept in the log
+    # of the host that runs it.  "named_node": the event is the node's its `node` or `host` field
+    # names, not the node's whose log holds the line (events.resolve_nodes).  Only such rules: a
+    # host another line names (a peer, a syslog header) never moves an event.
+    reports_on: str | None = None
 
 
 @dataclass(frozen=True)
