@@ -82,10 +82,14 @@ def before_in_same_file(event: Event, context: JudgeContext, types: list[str]) -
     return f"before line {last}" if last is not None and event.order[1] <= last else None
 
 
-def closes_a_block_of(event: Event, context: JudgeContext, types: list[str], lines: int) -> str | None:
+def closes_a_block_of(event: Event, context: JudgeContext, types: list[str], lines: int,
+                      after: list[str] | None = None) -> str | None:
     """The event's line is the first of its type after an event of `types` in the same file, at
     most `lines` lines below it: the end of the block that line opens (the exception a traceback
-    under Python's `Exception ignored in:` ends with)."""
+    under Python's `Exception ignored in:` ends with).  With `after`: only a block opened after an
+    event of those types in the same file (the run's own end)."""
+    if after and after_in_same_file(event, context, after) is None:
+        return None
     def compute() -> dict[int, list[tuple[int, str]]]:
         found: dict[int, list[tuple[int, str]]] = defaultdict(list)
         for other in context.events:
