@@ -267,6 +267,28 @@ def test_invalid_yaml_names_file(tmp_path):
         load_rules([tmp_path])
 
 
+def test_two_rules_without_a_separator_are_refused_not_merged(tmp_path):
+    """PyYAML keeps a key's last value: without the check, the second rule silently replaced the first."""
+    second = GOOD_RULE.replace("site.sample", "site.other").replace("sample error", "other error")
+    path = _write(tmp_path, GOOD_RULE + second, "joined.yaml")
+    with pytest.raises(RuleError) as info:
+        load_rules([tmp_path])
+    message = str(info.value)
+    assert str(path) in message and "key 'id' again" in message and "`---` missing" in message
+    _write(tmp_path, GOOD_RULE + "---\n" + second, "joined.yaml")
+    assert {"site.sample", "site.other"} <= {r.id for r in load_rules([tmp_path])}
+
+
+def test_a_relation_file_with_a_key_twice_is_refused(tmp_path):
+    from slurm_attrib.ruleset.relations import load_relations
+
+    folder = tmp_path / "relations"
+    folder.mkdir()
+    (folder / "site.yaml").write_text("id: sup.a\nkind: suppress\nid: sup.b\n", encoding="utf-8")
+    with pytest.raises(RuleError, match="key 'id' again"):
+        load_relations([tmp_path])
+
+
 
 def test_a_validated_pack_is_cached_and_any_change_validates_again(tmp_path, monkeypatch):
     cache, site = tmp_path / "cache", tmp_path / "site"

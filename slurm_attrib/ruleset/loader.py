@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 from slurm_attrib.errors import RuleError
@@ -12,11 +13,35 @@ from slurm_attrib.ruleset.spec import Rule
 
 
 def yaml_and_loader():
-    """PyYAML and its safe loader (libyaml's when present: same result, faster).  Imported only when
-    a YAML file is actually read: with the user's cache warm an analysis reads none."""
+    """PyYAML and its safe loader (libyaml's when present: same result, faster), which refuses a
+    key twice in one mapping.  Imported only when a YAML file is actually read: with the user's
+    cache warm an analysis reads none."""
     import yaml
 
-    return yaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml, _unique_keys_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+@cache
+def _unique_keys_loader(base: type) -> type:
+    """`base` refusing a mapping that holds a key twice.  PyYAML keeps the last value silently, so
+    a `---` missing between two rules made one rule of them: the second, and the first was gone
+    with no error (a site's rule file as much as ours)."""
+    import yaml
+
+    class UniqueKeysLoader(base):
+        def construct_mapping(self, node, deep=False):
+            seen: dict[str, int] = {}
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    line = key_node.start_mark.line + 1
+                    if key_node.value in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"line {line}: key {key_node.value!r} again (first on line "
+                            f"{seen[key_node.value]}): a `---` missing between two documents?", key_node.start_mark)
+                    seen[key_node.value] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeysLoader
 
 
 def load_yaml_file(path: Path):
