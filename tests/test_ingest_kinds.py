@@ -48,6 +48,12 @@ RFC5424 = b"""<165>1 2024-12-02T13:04:06.123Z gpu01 slurmd 2211 - - error: x
 SLURMD = b"""[2024-12-02T13:04:06.123] error: Node configuration differs from hardware
 [2024-12-02T13:04:07.000] [123.0] task/cgroup: _memcg_initialize: job: alloc=1024MB
 """
+# a job's output under Slurm 25.05+: slurmstepd writes its errors there as `[<time>] error: ...`
+STEPD_IN_OUTPUT = b"""[2025-06-01T10:05:00.412] error:  mpi/pmix_v4: pmixp_coll_ring_reset_if_to: node01 [0]: pmixp_coll_ring.c:742: 0x7f2a4c003d40: collective timeout seq=0
+[2025-06-01T10:05:00.412] error:  mpi/pmix_v4: pmixp_coll_log: node01 [0]: pmixp_coll.c:286: Dumping collective state
+[2025-06-01T10:05:01.000] error: *** STEP 123456.0 ON node01 CANCELLED AT 2025-06-01T10:05:01 DUE TO TIME LIMIT ***
+srun: error: node01: task 0: Killed
+"""
 NVIDIA_SMI = b"""Mon Dec  2 13:04:06 2024
 +---------------------------------------------------------------------------------------+
 | NVIDIA-SMI 535.104.05             Driver Version: 535.104.05   CUDA Version: 12.2     |
@@ -130,6 +136,8 @@ UCX_LINES = (
         (SYSLOG_ISO, "syslog"),
         (RFC5424, "syslog"),
         (SLURMD, "syslog"),
+        (STEPD_IN_OUTPUT, "app"),
+        (STEPD_IN_OUTPUT.replace(b"srun: error: node01: task 0: Killed\n", b""), "app"),
         (NVIDIA_SMI, "nvidia_smi"),
         (NVIDIA_SMI_Q, "nvidia_smi"),
         (NVIDIA_SMI_CSV, "nvidia_smi"),

@@ -47,6 +47,10 @@ _SYSLOG_LINE = re.compile(
 _RFC5424_LINE = re.compile(r"<\d{1,3}>1 \S+ \S+ (?P<prog>\S+) ")
 # a Slurm daemon's own log line (slurmd.log, slurmctld.log): `[2024-12-02T13:04:06.123] ...`
 SLURM_DAEMON_LINE = re.compile(r"\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?\] ")
+# ... or slurmstepd's error in a job's own output: since Slurm 25.05 (log.c, commit 2ee5b6b760) the
+# step daemon writes `[<time>] error: ...` there, without its name, so only a daemon log's other
+# levels (info, debug, its plug-ins' lines) tell the daemon's log from a job's output
+_STEPD_OUTPUT_LEVEL = re.compile(r"(?:error|fatal|warning): ")
 _JOURNAL_MARKER = re.compile(r"-- (?:Logs begin at|Journal begins at|Boot [0-9a-f]+|No entries|Reboot)")
 
 # anywhere in the line
@@ -193,8 +197,10 @@ def _classify(line: str) -> tuple[str | None, str | None]:
         found = _SYSLOG_LINE.match(line) or (_RFC5424_LINE.match(line) if first == "<" else None)
         if found is not None:
             return ("kernel" if found["prog"] == "kernel" else "syslog"), None
-    if first == "[" and SLURM_DAEMON_LINE.match(line):
-        return "syslog", None
+    if first == "[":
+        daemon = SLURM_DAEMON_LINE.match(line)
+        if daemon is not None:
+            return (None if _STEPD_OUTPUT_LEVEL.match(line, daemon.end()) else "syslog"), None
     if first in "/C" and _SYSFS_STRONG.match(line):
         return "sysfs_strong", None
     if "@" in line or first in "#$%":
