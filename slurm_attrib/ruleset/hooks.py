@@ -411,11 +411,11 @@ def refine_health_check(hit: "Hit") -> "Hit":
 
 
 def refine_k8s_eviction(hit: "Hit") -> "Hit":
-    """What the kubelet evicted the pod for: memory (the rule's host_oom), disk (node filesystem,
-    image filesystem, ephemeral storage: a storage fault), or unnamed (a pod listed as Evicted:
-    a weak cause)."""
+    """What the kubelet evicted the pod for: memory (the rule's host_oom; a memory-backed /dev/shm
+    emptyDir too), disk (node filesystem, image filesystem, ephemeral storage, any other emptyDir:
+    a storage fault), or unnamed (a pod listed as Evicted: a weak cause)."""
     pressure = f"{hit.fields.get('resource') or ''} {hit.fields.get('condition') or ''}".lower()
-    if hit.fields.get("storage") or any(word in pressure for word in ("disk", "storage", "nodefs", "imagefs")):
+    if hit.fields.get("storage") or hit.fields.get("emptydir_volume") or any(word in pressure for word in ("disk", "storage", "nodefs", "imagefs")):
         hit.domain, hit.category = "storage", "filesystem_error"
     elif hit.fields.get("listed"):
         hit.strength = 1
