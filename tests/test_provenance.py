@@ -134,6 +134,17 @@ def test_a_syslog_a_users_lines_make_look_like_ibstat_is_still_a_syslog(tmp_path
     assert diagnosis.drain == [] and diagnosis.quality != "confirmed"
 
 
+def test_the_node_failure_banner_of_a_survivor_drains_not_the_survivor(tmp_path):
+    """slurmstepd prints `*** JOB ... ON gpu01 CANCELLED ... DUE TO NODE FAILURE ***` on the nodes that
+    are still up: the operator's slurmd.log of gpu01 holding it says another node of the job failed."""
+    banner = ("[2026-12-02T13:05:00.123] [7.batch] error: *** JOB 7 ON gpu01 CANCELLED AT 2026-12-02T13:05:00 "
+              "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\n")
+    diagnosis = analyze_path(logs_folder(tmp_path / "job", {"gpu01/slurmd.log": banner}))
+    assert diagnosis.category == "node_failure"
+    assert "gpu01" not in diagnosis.culprit_nodes
+    assert diagnosis.drain == []
+
+
 def test_a_line_never_makes_a_node_outside_the_job_a_culprit(tmp_path):
     folder = logs_folder(tmp_path / "job", {"slurm-7.out": "srun: error: Node failure on gpu09\nsrun: error: gpu09: task 3: Killed\n"})
     diagnosis = analyze_path(folder)

@@ -85,7 +85,7 @@ class Event:
     decided_by: list[str] = field(default_factory=list)  # ids of the relations that changed it, in order
     chosen: bool = False  # the cause the ranking chose: what the link stratum's relations read
     onset: str | None = None  # the rule's event.onset: how the failure the line reports is dated
-    reports_on: str | None = None  # the rule's event.reports_on: "named_node", a report on the node it names
+    reports_on: str | None = None  # the rule's event.reports_on: "named_node" (the node it names) or "job" (some node)
 
     @property
     def body(self) -> str:
@@ -720,6 +720,8 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             event.host = None
         if event.reports_on == "named_node" and event.node is not None:
             _to_the_node_it_names(event, known, job_nodes)
+        elif event.reports_on == "job":
+            event.node = event.host = None  # some node of the job: never the one whose log printed it
         if event.node is None and event.host:
             if event.host not in matched:
                 matched[event.host] = match_host(event.host, known)

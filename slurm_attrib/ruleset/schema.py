@@ -102,7 +102,7 @@ class EventModel(StrictModel):
     cascade: list[str] | None = None  # spec.EventSpec.cascade
     ends: bool = False  # spec.EventSpec.ends
     onset: Literal["node_last_seen"] | None = None  # spec.EventSpec.onset
-    reports_on: Literal["named_node"] | None = None  # spec.EventSpec.reports_on
+    reports_on: Literal["named_node", "job"] | None = None  # spec.EventSpec.reports_on
 
     @model_validator(mode="after")
     def _category_fits_domain(self) -> "EventModel":
@@ -183,7 +183,7 @@ class RuleModel(StrictModel):
         placed_by = sorted({"host", "node"} & groups - set(self.event.cascade or ["host", "node"]))
         if placed_by:
             raise ValueError(f"event.cascade must name {placed_by}: the ranks of one event are placed by its host")
-        if self.event.reports_on is not None and not {"host", "node"} & groups:
+        if self.event.reports_on == "named_node" and not {"host", "node"} & groups:
             raise ValueError("event.reports_on needs a group named node or host: the node the line reports on")
         return self
 

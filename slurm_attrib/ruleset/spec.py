@@ -42,7 +42,8 @@ One rule turns one log line (or a short block starting at that line) into an eve
                                       # names after the fact; the failure began when that node was
                                       # last seen (its logs' last stamped line), when that is earlier
       reports_on: named_node          # a controller's report on a node: the event is the node's its
-                                      # `node` or `host` field names, not the log's host's
+                                      # `node` or `host` field names, not the log's host's; `job`: a
+                                      # report on some node of the job, not the log's host
     references: [https://...]
     examples:
       match: [{line: '...', fields: {...}}]
@@ -187,7 +188,10 @@ class EventSpec:
     # ...`, `Killing JobId=... on failed node gpu05`, a kubelet's node going NotReady), kept in the log
     # of the host that runs it.  "named_node": the event is the node's its `node` or `host` field
     # names, not the node's whose log holds the line (events.resolve_nodes).  Only such rules: a
-    # host another line names (a peer, a syslog header) never moves an event.
+    # host another line names (a peer, a syslog header) never moves an event.  "job": a report that
+    # some node of the job failed, printed by the nodes that did not (slurmstepd's `*** JOB 4242 ON
+    # gpu01 CANCELLED ... DUE TO NODE FAILURE ***` in a survivor's slurmd.log): the event is on no
+    # node, never the one whose log holds it.
     reports_on: str | None = None
 
 
