@@ -16,6 +16,7 @@ from slurm_attrib.engine.counting import (
     COUNT_FROM_BYTES, COUNTED_KINDS, Count, NoiseCounter, arrow_available, member_offsets,
 )
 from slurm_attrib.engine.jobwindow import window_side
+from slurm_attrib.hostlist import expand
 from slurm_attrib.ingest.kinds import SLURM_DAEMON_LINE
 from slurm_attrib.ingest.origin import Origin, line_origin
 from slurm_attrib.ingest.timestamps import (
@@ -798,6 +799,15 @@ def _to_the_node_it_names(event: Event, known: set[str], job_nodes: frozenset[st
     named = event.fields.get("node") or event.fields.get("host")
     if not isinstance(named, str) or is_placeholder_host(named):
         return
+    if "[" in named or "," in named:  # a hostlist (`Nodes gpu[01-02] not responding`)
+        try:
+            hosts = expand(named)
+        except ValueError:
+            hosts = []
+        if len(hosts) != 1:  # a report on several nodes is no one node's, and never its log host's
+            event.node = event.host = None
+            return
+        named = hosts[0]
     node = match_host(named, known)
     if node != event.node:
         event.node = _of_the_job(node, job_nodes, event) or event.node
