@@ -129,6 +129,25 @@ def _one(text: str, rule_id: str, kind: str = "kernel"):
     return hits[0]
 
 
+@pytest.mark.parametrize("message,category", [
+    ("check_nvsmi_healthmon:  nvidia-smi:  The GPU has fallen off the bus or has otherwise become inaccessible. FaultCode: NHC2010",
+     "gpu_fell_off_bus"),
+    ("check_nvlink_status: GPU 3 has nvlinks inactive: 2,5. FaultCode: NHC2016", "gpu_nvlink"),
+    ("check_gpu_bw: P2P test on GPU 1 to GPU 0 failed. Bandwidth 256.63 is less than 335. FaultCode: NHC2020", "gpu_nvlink"),
+    ("check_gpu_bw: H2D test on GPU 2 failed. Bandwidth 11.2 is less than 20. FaultCode: NHC2020", "pcie_error"),
+    ("check_ecc: GPU id 3: Row remap pending. FaultCode: NHC2007", "gpu_row_remap_failure"),
+    ("check_ecc: GPU id 3: High DRAM Uncorrectable/correctable ECC error count detected, (100,200). FaultCode: NHC2019",
+     "gpu_uncorrectable_ecc"),
+    ("check_nccl_allreduce: NCCL allreduce, BUS BW (expected >=450 GB/s, but measured 230.4 GB/s). FaultCode: NHC2010",
+     "fabric_other"),
+    ("check_xid_errors: GPU 0 reported Xid 94", "gpu_hardware_other"),
+    ("check_hw_ib:  No IB port mlx5_0:1 is ACTIVE (LinkUp 400 Gb/sec).", "link_down"),
+])
+def test_a_failed_health_check_is_read_by_what_it_names(message, category):
+    hit = _one(f"ERROR:  nhc:  Health check failed:  {message}", "cmd.nhc_check_failed", "app")
+    assert hit.category == category
+
+
 def test_xid_hook_roles():
     hit = _one("NVRM: Xid (PCI:0000:a1:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.", "gpu.xid")
     assert (hit.role, hit.category, hit.strength) == ("cause", "gpu_fell_off_bus", 3)

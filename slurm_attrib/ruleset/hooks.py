@@ -386,8 +386,17 @@ def refine_reported_xid(hit: "Hit") -> "Hit":
 
 # NHC check names (check_<area>_...) and message words -> what the failing check tested.
 _HEALTH_CHECK_AREAS = (
-    # a GPU's (or its SRAM's, HBM's) uncorrectable ECC errors: AzNHC's check_gpu_ecc
-    (compiled(r"(?i)(?:gpu|sram|hbm)\b.*\b(?:uncorrectable ecc|double.bit|dbe)\b"), "gpu", "gpu_uncorrectable_ecc"),
+    # what AzNHC's GPU checks name (csc_nvidia_smi, azure_gpu_nvlink, azure_gpu_ecc), before the
+    # GPU area at large: a GPU gone from the bus, inactive NVLinks, row remaps
+    (compiled(r"(?i)fallen off the bus|gpu is lost"), "gpu", "gpu_fell_off_bus"),
+    (compiled(r"(?i)nvlinks? (?:\w+ )?(?:inactive|down)\b|\bp2p test\b"), "gpu", "gpu_nvlink"),
+    (compiled(r"(?i)row.?remap"), "gpu", "gpu_row_remap_failure"),
+    # a GPU's (or its SRAM's, HBM's, DRAM's) uncorrectable ECC errors: AzNHC's check_gpu_ecc
+    (compiled(r"(?i)(?:gpu|sram|hbm)\b.*\b(?:uncorrectable ecc|double.bit|dbe|dram uncorrectable)\b"), "gpu", "gpu_uncorrectable_ecc"),
+    # a collective's bandwidth below the node's norm (AzNHC's check_nccl_allreduce): its links
+    (compiled(r"(?i)nccl.{0,40}\bbus bw\b|\bnccl_allreduce\b"), "network", "fabric_other"),
+    # the host-to-device copy bandwidth (AzNHC's check_gpu_bw H2D/D2H; its P2P test is the NVLinks'): the PCIe link
+    (compiled(r"(?i)host.to.device|\bh2d\b|\bd2h\b"), "host", "pcie_error"),
     (compiled(r"(?i)xid|gpu|nvidia|nvsmi|nvml|dcgm|nvlink|cuda|row.?remap|ecc"), "gpu", "gpu_hardware_other"),
     # NHC's check_hw_ib `No IB port is ACTIVE`, a port or link it found down
     (compiled(r"(?i)no (?:ib |infiniband |opa )?port(?: \S+)? is active|\bport\b[^\n]*\b(?:not active|is down)\b|\blink (?:is )?down\b"),
