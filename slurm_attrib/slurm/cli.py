@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 
 from slurm_attrib.slurm import ACTIVE_STATES, Backend, JobInfo, NodeState, SlurmError
 from slurm_attrib.hostlist import expand
@@ -112,9 +113,14 @@ class CliBackend(Backend):
             # The controller knows the final state at once; sacct adds nothing it lacks.
             return info
         if info is not None and info.state == "COMPLETING":
-            # Epilogs still running: the accounting record already holds the final state.
+            # Epilogs still running: the accounting record already holds the final state, but the
+            # controller's owner: slurmdbd's record of a job that just ended was seen with UID 0
+            # (its owner's results were then written for root).
             final = self._job_from_sacct(job_id)
-            return final if final is not None and not final.active else info
+            if final is None or final.active:
+                return info
+            return replace(final, user=info.user or final.user, uid=info.uid if info.uid is not None else final.uid,
+                           gid=info.gid if info.gid is not None else final.gid)
         return info or self._job_from_sacct(job_id)
 
     def _job_from_scontrol(self, job_id: str) -> JobInfo | None:
