@@ -397,7 +397,7 @@ _HEALTH_CHECK_AREAS = (
     (compiled(r"(?i)nccl.{0,40}\bbus bw\b|\bnccl_allreduce\b"), "network", "fabric_other"),
     # the host-to-device copy bandwidth (AzNHC's check_gpu_bw H2D/D2H; its P2P test is the NVLinks'): the PCIe link
     (compiled(r"(?i)host.to.device|\bh2d\b|\bd2h\b"), "host", "pcie_error"),
-    (compiled(r"(?i)xid|gpu|nvidia|nvsmi|nvml|dcgm|nvlink|cuda|row.?remap|ecc"), "gpu", "gpu_hardware_other"),
+    (compiled(r"(?i)xid|gpu|nvidia|nvsmi|nvml|dcgm|nvlink|cuda|ecc"), "gpu", "gpu_hardware_other"),
     # NHC's check_hw_ib `No IB port is ACTIVE`, a port or link it found down
     (compiled(r"(?i)no (?:ib |infiniband |opa )?port(?: \S+)? is active|\bport\b[^\n]*\b(?:not active|is down)\b|\blink (?:is )?down\b"),
      "network", "link_down"),

@@ -31,10 +31,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from slurm_attrib.paths import bundled_dir
+from slurm_attrib.ruleset.loader import load_yaml_file
 from slurm_attrib.ruleset.scanner import Scanner
 from slurm_attrib.ruleset.spec import Rule
 from slurm_attrib.vocab import DOMAIN_OF_CATEGORY, ROLES, SOURCE_KINDS
@@ -82,7 +82,7 @@ def catalogue_files(folder: Path | None = None) -> list[Path]:
 
 
 def load_catalogue(path: Path) -> Catalogue:
-    return Catalogue.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    return Catalogue.model_validate(load_yaml_file(path))
 
 
 # printf conversions (C, the kernel's %pX extensions, Slurm's %m), Python/fmt `{...}`, and `...`
