@@ -88,6 +88,12 @@ def test_open_mpi_tag_output_prefix():
     assert (origin.rank, origin.host) == (2, "smc-gpu-03")
 
 
+def test_horovodrun_gloo_prefix_names_the_rank():
+    """horovodrun's Gloo launcher tags a rank's lines `[3]<stderr>:` (runner/common/util/safe_shell_exec.py)."""
+    assert line_origin("[3]<stderr>:ValueError: bad shape").rank == 3
+    assert launcher_prefix_end(b"[3]<stderr>:ValueError: x") == 12
+
+
 @pytest.mark.parametrize("line,start", [
     (b"0: x", 3), (b"  12: [rank3]:x", 14), (b"[rank3]: Traceback", 8), (b"[1,3]<stdout>:[rank3]:y", 22),
     (b"[default0]:[rank0]:  File", 19), (b"\t  x", 0), (b"2024-05-01T10:00:00.123456789Z stderr F 0: x", 43),

@@ -4,7 +4,8 @@ Recognised prefixes (combinable in this order):
 - what a container's output was read through: a CRI log file's `<time> stdout F `, `kubectl logs
   --prefix`'s `[pod/<pod>/<container>] `, Docker Compose's `<service>-<N>  | ` -> skipped
 - `srun --label`: `12: ...` (possibly right-aligned: ` 3: ...`) -> task
-- Open MPI `mpirun --tag-output`: `[1,3]<stdout>:` -> rank (the second number)
+- Open MPI `mpirun --tag-output`: `[1,3]<stdout>:` -> rank (the second number); horovodrun's
+  Gloo launcher: `[3]<stderr>:` -> rank
 - PyTorch: `[rank3]:...` -> rank
 - NCCL: `host:pid:tid [dev] ...`, optionally after the NCCL 2.26+ WARN time `[2024-12-02 13:04:06] `
   -> host (NCCL prints the short hostname)
@@ -36,7 +37,7 @@ NO_ORIGIN = Origin()
 
 # The prefixes launchers put before a program's own line, in the order they combine: srun --label,
 # mpirun --tag-output, torchrun's [defaultN]: (a local rank), PyTorch's [rankN]:.
-_LAUNCHER_PREFIXES = (r" {0,6}(\d{1,6}): ", r"\[\d{1,6},(\d{1,7})\]<std(?:out|err)>:", r"\[default\d{1,5}\]:",
+_LAUNCHER_PREFIXES = (r" {0,6}(\d{1,6}): ", r"\[(?:\d{1,6},)?(\d{1,7})\]<std(?:out|err)>:", r"\[default\d{1,5}\]:",
                       r"\[(?:rank|RANK)(\d{1,7})\]:")
 _LABEL, _MPI_TAG, _DEFAULT_PREFIX, _RANK_PREFIX = map(re.compile, _LAUNCHER_PREFIXES)
 # Before them, what a container's log was read through: the runtime's log file (Kubernetes' CRI
