@@ -79,6 +79,19 @@ def test_forged_xid_in_job_output_never_drains(tmp_path):
     assert diagnosis.culprit_nodes == ["gpu03"]
     assert diagnosis.quality == "likely"
     assert any("only in lines a user could have written on gpu03" in note for note in diagnosis.notes)
+    admin = [a.text for a in diagnosis.actions if a.who == "admin"]
+    assert any(t.startswith("Not drained automatically: only lines a user could have written") for t in admin), admin
+
+
+def test_a_contained_gpu_fault_the_kernel_records_names_why_it_is_not_drained(tmp_path):
+    """AMD's poison consumption is confined to the consuming process (strength 2): confirmed, its
+    node named, no drain, and the admin is told that this, not the source, is why."""
+    dmesg = "2026-12-02T13:10:00,000101+00:00 amdgpu 0000:c1:00.0: amdgpu: {3}poison is consumed by client 12, kick off gpu reset flow\n"
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu02/dmesg": dmesg, "slurm-77.out": "srun: error: gpu02: task 1: Aborted\n"}))
+    assert (diagnosis.category, diagnosis.quality, diagnosis.culprit_nodes, diagnosis.drain) == (
+        "gpu_uncorrectable_ecc", "confirmed", ["gpu02"], [])
+    admin = [a.text for a in diagnosis.actions if a.who == "admin"]
+    assert any(t.startswith("Not drained automatically: the recorded error does not by itself") for t in admin), admin
 
 
 def test_unorderable_faults_on_two_nodes_are_ambiguous(tmp_path):

@@ -155,8 +155,22 @@ def actions_for(verdict: "Verdict", drains: list[Drain]) -> list[Action]:
     elif primary.domain in ("gpu", "network", "host"):
         actions.append(Action(who="user", text="Resubmit the job excluding the culprit node(s) (--exclude)" if verdict.culprits else "Resubmit the job"))
     if primary.domain in ("gpu", "network", "host") and not drains and verdict.culprits:
-        actions.append(Action(who="admin", text="Not drained automatically: the evidence is not confirmed by kernel, syslog or Slurm sources"))
+        actions.append(Action(who="admin", text=f"Not drained automatically: {_why_not_drained(verdict)}"))
     return actions
+
+
+def _why_not_drained(verdict: "Verdict") -> str:
+    """The first of pol.drain's conditions the verdict missed, in the admin's words."""
+    faults = [verdict.primary, *verdict.rivals]
+    if not all(f.trusted for f in faults):
+        return "only lines a user could have written report the fault (no kernel, Slurm daemon or root-run probe recorded it)"
+    if verdict.quality not in ("confirmed", "ambiguous"):
+        return f"the diagnosis is not sure of its cause ({verdict.quality})"
+    if any(f.strength < 3 for f in faults):
+        return "the recorded error does not by itself say the hardware must leave service (contained, recoverable or unspecific)"
+    if verdict.primary.node not in verdict.culprits:
+        return "the culprit is inferred from other nodes' records, none of its own (Slurm marks a node it lost DOWN itself)"
+    return "the drain policy (pol.drain) holds for no row that drains"
 
 
 def drain_reason(primary: "Event", job: "JobContext") -> str:
