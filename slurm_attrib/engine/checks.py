@@ -298,9 +298,12 @@ def tolerance(a: Event, b: Event) -> float:
 
 
 def _clearly_earlier(c: Event, later: Event) -> bool:
-    """c happened before `later`, clearly (beyond clock skew) and recently enough to explain it."""
-    return (c.time is not None and later.time is not None
-            and later.time - EXPLAIN_HORIZON <= c.time < later.time - tolerance(c, later))
+    """c happened before `later`, clearly (beyond clock skew, which two lines of one file with their
+    own stamps do not have: one clock wrote both) and recently enough to explain it."""
+    if c.time is None or later.time is None:
+        return False
+    one_clock = c.order[0] == later.order[0] and not (c.time_inherited or later.time_inherited)
+    return later.time - EXPLAIN_HORIZON <= c.time < later.time - (0.0 if one_clock else tolerance(c, later))
 
 
 def _earlier_in_the_same_file(c: Event, later: Event, reach: int) -> bool:
