@@ -724,3 +724,12 @@ def test_a_completed_job_is_not_failed_by_what_its_nodes_logged_or_its_teardown(
     assert (analyze_path(completed).category, analyze_path(completed).drain) == ("success", [])
     failed = analyze_path(write_job(tmp_path / "failed", files, state="FAILED"))
     assert failed.category != "success"
+
+
+def test_a_job_that_requeued_itself_at_the_time_limit_warning_ended_by_the_time_limit(tmp_path):
+    """Lightning's auto-requeue (SIGUSR1 before the limit, `scontrol requeue`): Slurm records the
+    run REQUEUED, which must not set the time-limit notice aside as step teardown."""
+    output = ("Epoch 3: 100%|##########| 782/782\nhandling SIGUSR1\nrequeing job 77...\nrequeued exp 77\n"
+              "bypassing sigterm\nslurmstepd: error: *** JOB 77 ON gpu01 CANCELLED AT 2026-12-02T13:29:30 DUE TO JOB REQUEUE ***\n")
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": output}, state="REQUEUED", exit_code="0:15"))
+    assert (diagnosis.domain, diagnosis.category) == ("scheduler", "time_limit"), diagnosis.summary

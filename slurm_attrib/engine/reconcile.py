@@ -20,13 +20,14 @@ def state_entry(state: str | None) -> dict | None:
 def agreeing_states(category: str | None) -> frozenset[str] | None:
     """The job states a scheduler cause agrees with (None: not a scheduler cause): the states of
     that category in the slurm_job_state table; under any other known state its banner is step
-    teardown.  A job requeued after its run was ended (preemption with requeue, scontrol requeue)
-    is pending again."""
+    teardown.  A job requeued after its run was ended (preemption with requeue, scontrol requeue,
+    or the program requeueing itself at the time limit's warning signal: Lightning's and
+    submitit's auto-requeue) is pending again."""
     entries = code_tables()["slurm_job_state"]["by_number"].values()
     states = {e["name"] for e in entries if e["domain"] == "scheduler" and e["category"] == category}
     if not states:
         return None
-    return frozenset(states | PENDING_AGAIN) if category == "preempted" else frozenset(states)
+    return frozenset(states | PENDING_AGAIN) if category in ("preempted", "time_limit") else frozenset(states)
 
 
 def job_state_events(evidence: Evidence) -> list[Event]:
