@@ -72,6 +72,15 @@ def _wait_running(cluster, job: int, timeout: float = 30) -> None:
         time.sleep(0.3)
 
 
+def _wait_started(output: Path, ranks: int, timeout: float = 60) -> None:
+    """Every task has printed its first line: on a loaded machine srun may still be launching them
+    seconds after the job is RUNNING, and a signal sent then ends a step that printed nothing."""
+    end = time.monotonic() + timeout
+    while (output.read_text(errors="replace").count(" started") if output.exists() else 0) < ranks:
+        assert time.monotonic() < end, f"{output}: not every task started after {timeout}s"
+        time.sleep(0.3)
+
+
 def _wait_bundles(folder: Path, nodes: list[str], timeout: float = 30) -> None:
     end = time.monotonic() + timeout
     while not all((folder / "nodes" / f"{n}.json.gz").exists() for n in nodes):
@@ -94,7 +103,7 @@ def diagnoses(slurm_cluster, monkeypatch_module):
     for case, (_, _, action) in LIVE.items():
         if action:
             _wait_running(slurm_cluster, jobs[case])
-            time.sleep(3)  # every task has started and printed
+            _wait_started(slurm_cluster.jobs_dir / f"slurm-{jobs[case]}.out", ranks=2)
             slurm_cluster.run(*action.split(), str(jobs[case]), user=slurm_cluster.test_user)
     out = {}
     for case, job in jobs.items():
