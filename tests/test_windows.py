@@ -143,7 +143,7 @@ def _job_with_large_files(root, files: int = 4):
 
 
 def _summary(scans):
-    return [([(e.rule_id, e.line, e.mono, e.text, e.node) for e in s.events], s.raw, s.observations, s.last) for s in scans]
+    return [([(e.rule_id, e.line, e.time, e.mono, e.text, e.node) for e in s.events], s.observations, s.last) for s in scans]
 
 
 def test_workers_scan_what_this_process_scans(tmp_path, monkeypatch):

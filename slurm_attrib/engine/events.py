@@ -11,7 +11,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_attrib.engine.cascades import COUNT_FROM_BYTES as CASCADE_FROM_BYTES, CASCADE_KINDS, CascadeCounter, Group
 from slurm_attrib.engine.counting import (
     COUNT_FROM_BYTES, COUNTED_KINDS, Count, NoiseCounter, arrow_available, member_offsets,
 )
@@ -44,7 +43,8 @@ class RankShare:
     host (its node is known only once ranks map to nodes), text."""
     lineno: int
     line: int
-    stamp: Any  # the first line's LineTime while scanning; its placed time (float or None) after
+    time: float | None  # the first line's time (UNIX seconds, UTC), once placed (scan_evidence)
+    mono: float | None  # ... its seconds since boot, while not placed on the wall clock
     text: str | None
     lines: int = 1
 
@@ -137,12 +137,8 @@ def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, fl
     events: list[Event] = []
     minutes: list[list[Event]] = []
     for scan in scans:
-        for event, (stamp, stated_at) in zip(scan.events, scan.raw):
-            _place_in_time(event, stamp, boots.get(event.node) if event.node else None, stated_at)
-            for share in (event.ranks or {}).values():
-                share.stamp = _place(share.stamp, boots.get(event.node) if event.node else None)[0]
-        for event, stamp in scan.last_stamps:
-            event.last_time, event.last_mono = _place(stamp, boots.get(event.node) if event.node else None)
+        for event in scan.events:
+            _place_in_time(event, boots.get(event.node) if event.node else None)
         minutes.extend(scan.minutes.values())
         _date_from_later_events(scan.events)
         events.extend(scan.events)
@@ -152,36 +148,27 @@ def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, fl
 
 @dataclass
 class _FileScan:
+    """One file's events, their times as their lines state them (wall clock or seconds since
+    boot: placed once every file's boot-time observations are in, scan_evidence)."""
     events: list[Event]
-    raw: list[tuple[LineTime, Any]]  # per event: its own or inherited stamp, and a time the line states
     observations: dict[str, list[float]]  # boot-time observations (kernel and syslog files)
     last: LineTime  # the time of the file's last stamped line
-    last_stamps: list[tuple[Event, LineTime]] = field(default_factory=list)  # collapsed events: their last line's own stamp
     # collapsed events of lines with only a boot-relative time, one per minute (_when), by the rest
     # of their key, in file order: joined once placed on the wall clock (join_minutes)
     minutes: dict[tuple, list[Event]] = field(default_factory=dict)
 
 
 def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | None, want_boots: bool,
-               job: JobContext, counter: NoiseCounter | None = None,
-               cascades: CascadeCounter | None = None) -> _FileScan:
+               job: JobContext, counter: NoiseCounter | None = None) -> _FileScan:
     clock = FileClock(source, year)
-    scan = _FileScan([], [], {}, NO_TIME)
+    scan = _FileScan([], {}, NO_TIME)
     collapsed: dict[tuple, Event] = {}
-    regrouped: dict[int, Event] = {}  # cascade events that counted groups joined: their ranks put in line order
     tail, line, first_window = b"", 1, True
     for window in source.windows():
         clock.enter(window.data, window.offset)
         ends = ("both" if window.last else "first") if first_window else ("last" if window.last else "none")
-        groups: list[Group] = []
-        if cascades is not None and source.kind in CASCADE_KINDS:
-            data = window.data
-            groups, candidates = cascades.split(data, source.kind, window.begin, window.end, line,
-                                                lambda group: _read_group(group, data, scanner, clock, job))
-            counts = []
-        else:
-            counts, candidates = ([], None) if counter is None else counter.split(
-                index, window.data, source.kind, window.begin, window.end, line)
+        counts, candidates = ([], None) if counter is None else counter.split(
+            index, window.data, source.kind, window.begin, window.end, line)
         hits = scanner.scan(window.data, source.kind, window.begin, window.end, line, ends, candidates)
         counted, unsure = _checked_counts(counts, window.data, source.kind, scanner, clock, job)
         if unsure:
@@ -189,13 +176,8 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
         first_window = False
         last_stamps: dict[int, tuple[int, Event, LineTime]] = {}  # by id(event): events compare by value
         read_at = -1  # the offset of the line read last: the hits on one line share its time and origin
-        items = heapq.merge(hits, counted, groups, key=_offset_of) if counted or groups else hits
+        items = heapq.merge(hits, counted, key=_offset_of) if counted else hits
         for item in items:
-            if item.__class__ is Group:
-                _join_group(item, source, index, job, scan, collapsed, last_stamps)
-                regrouped[id(collapsed[item.key])] = collapsed[item.key]
-                read_at = -1
-                continue
             if item.__class__ is _Counted:
                 hit, first_line, stamp, origin, inherited, read_at = item.hit, item.text, item.stamp, item.origin, False, -1
             else:
@@ -214,8 +196,8 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
                     _join_cascade(event, hit, origin, source, stamp)
             else:
                 event = _event_from_hit(hit, source, index, first_line, origin, inherited)
+                event.time, event.mono = _stated(stamp)
                 scan.events.append(event)
-                scan.raw.append((stamp, hit.fields.get("at")))
                 if key is not None:
                     collapsed[key] = event
                     if spec.collapse is not None and key[5][0] == "mono" and key[5][1] is not None:
@@ -227,14 +209,13 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
             if item.__class__ is _Counted and item.lines > 1:  # the group's other lines join it
                 event.repeats += item.lines - 1
                 _note_last(last_stamps, event, item.last, item.last_stamp)
-        scan.last_stamps.extend((event, stamp) for _, event, stamp in last_stamps.values())
+        for _, event, stamp in last_stamps.values():
+            event.last_time, event.last_mono = _stated(stamp)
         line += window.data.count(b"\n", window.begin, window.end)
         if want_boots and source.kind in ("kernel", "syslog"):
             boot_observations(window.data, window.begin, window.end, source.node, year, scan.observations)
         if window.last:
             tail = window.data
-    for event in regrouped.values():  # a rank's first line may have come after another's in a later group
-        event.ranks = dict(sorted(event.ranks.items(), key=lambda pair: pair[1].lineno))
     scan.last = last_time(tail, year) if source.node else NO_TIME
     return scan
 
@@ -257,12 +238,11 @@ def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boo
         if scans is not None:
             return scans
     counter = _counter(evidence, scanner, year)
-    cascades = _cascade_counter(evidence, scanner, year)
     scans = []
     for i, source in enumerate(evidence.files):
         if counter is not None:
             counter.prepare(evidence.files, i)  # small files: counted many to one batch
-        scans.append(_scan_file(i, source, scanner, year, want_boots, evidence.job, counter, cascades))
+        scans.append(_scan_file(i, source, scanner, year, want_boots, evidence.job, counter))
     return scans
 
 
@@ -274,16 +254,6 @@ def _counter(evidence: Evidence, scanner: Scanner, year: int | None) -> NoiseCou
         return None
     job = evidence.job
     return NoiseCounter(scanner, year, lambda stamp: _when(stamp, job), int(COLLAPSE_MONO_SPAN))
-
-
-def _cascade_counter(evidence: Evidence, scanner: Scanner, year: int | None) -> CascadeCounter | None:
-    """Arrow's reading of the ranks' cascades (cascades.py), for a job whose output is large enough
-    to pay for loading it; not in worker processes (Arrow's threads and fork do not mix)."""
-    output = sum(f.content_size() for f in evidence.files if f.kind in CASCADE_KINDS)
-    if output < CASCADE_FROM_BYTES or not arrow_available():
-        return None
-    job = evidence.job
-    return CascadeCounter(scanner, year, lambda stamp: _when(stamp, job))
 
 
 def _worker_count(evidence: Evidence) -> int:
@@ -348,59 +318,6 @@ class _Counted:
     lines: int
     last: int  # the last line's offset
     last_stamp: LineTime
-
-
-def _read_group(group: Group, data: bytes, scanner: Scanner, clock: FileClock, job: JobContext) -> bool:
-    """Whether the Python way reads a counted cascade group's first and last lines as Arrow read
-    them (cascades.py's safety net): their hits, time, origin, event key and rank."""
-    for offset, lineno, literal_ids in ((group.first, group.first_lineno, group.literal_ids),
-                                        (group.last, group.last_lineno, group.last_literal_ids)):
-        hits = scanner.match_at(data, offset, lineno, "app", literal_ids)
-        if frozenset(h.rule.id for h in hits) != group.rules_at[offset]:
-            return False
-        hit = next(h for h in hits if h.rule is group.rule.rule)
-        text = hit.text.split("\n", 1)[0]
-        stamp, inherited = clock.stamp_of(text, offset)
-        origin = line_origin(text)
-        if inherited or _event_key(hit, origin, stamp, inherited, job) != group.key:
-            return False
-        share = group.ranks.get(_rank_of(hit, origin))
-        if share is None or (offset == group.first and share.offset != offset):
-            return False
-        if offset == group.first and (hit, text, stamp, origin) != group.read():
-            return False
-        if offset == group.last and stamp != group.last_stamp:
-            return False
-    return True
-
-
-def _join_group(group: Group, source: SourceFile, index: int, job: JobContext, scan: _FileScan,
-                collapsed: dict[tuple, Event], last_stamps: dict) -> None:
-    """A counted cascade group makes or joins its event, as its lines would one by one."""
-    key, last_stamp = group.key, group.last_stamp
-    event = collapsed.get(key)
-    if event is None:
-        hit, text, stamp, origin = group.read()
-        event = _event_from_hit(hit, source, index, text, origin, False)
-        scan.events.append(event)
-        scan.raw.append((stamp, hit.fields.get("at")))
-        collapsed[key] = event
-        event.ranks = {}
-        event.repeats = group.lines
-    else:
-        event.repeats += group.lines
-    if group.lines > 1 or event.repeats > group.lines:
-        _note_last(last_stamps, event, group.last, last_stamp)
-    for rank, lines in group.ranks.items():
-        share = event.ranks.get(rank)
-        if share is None:
-            event.ranks[rank] = RankShare(lines.lineno, source.original_line(lines.lineno), lines.stamp, lines.text,
-                                          lines.lines)
-            continue
-        if lines.lineno < share.lineno:
-            share.lineno, share.line, share.stamp, share.text = (
-                lines.lineno, source.original_line(lines.lineno), lines.stamp, lines.text)
-        share.lines += lines.lines
 
 
 def _checked_counts(counts: list[Count], data: bytes, kind: str, scanner: Scanner, clock: FileClock,
@@ -519,16 +436,24 @@ class FileClock:
         return found
 
 
-def _place(stamp: LineTime, boot: float | None) -> tuple[float | None, float | None]:
-    if stamp.wall is not None:
-        return stamp.wall, None
-    if stamp.mono is not None and boot is not None:
-        return sane_time(boot + stamp.mono), stamp.mono
-    return None, stamp.mono
+def _stated(stamp: LineTime) -> tuple[float | None, float | None]:
+    """(time, seconds since boot) as a line states them: a wall-clock time, else its seconds since
+    boot (placed on the wall clock once its node's boot time is known, _place_in_time)."""
+    return (stamp.wall, None) if stamp.wall is not None else (None, stamp.mono)
 
 
-def _place_in_time(event: Event, stamp: LineTime, boot: float | None, stated_at: Any) -> None:
-    event.time, event.mono = _place(stamp, boot)
+def _place_in_time(event: Event, boot: float | None) -> None:
+    """The event's times (its first line's, its last line's, each rank's first line's) placed on
+    the wall clock by the node's boot time."""
+    if boot is not None:
+        if event.time is None and event.mono is not None:
+            event.time = sane_time(boot + event.mono)
+        if event.last_time is None and event.last_mono is not None:
+            event.last_time = sane_time(boot + event.last_mono)
+        for share in (event.ranks or {}).values():
+            if share.time is None and share.mono is not None:
+                share.time = sane_time(boot + share.mono)
+    stated_at = event.fields.get("at")
     if event.time_inherited and stated_at:
         # A Slurm banner states its own moment: `CANCELLED AT 2026-12-02T13:00:00`.
         stated = parse_line_time(str(stated_at), None).wall
@@ -619,22 +544,20 @@ def _when(stamp: LineTime, job: JobContext) -> tuple:
 
 
 def _join_cascade(event: Event, hit: Hit, origin: Origin, source: SourceFile, stamp: LineTime) -> None:
-    """Count the hit's line under its rank in the cascade's event.  A line that names no task or
-    host (a host field is in the key: schema) may come from any node: its rank keeps its first
-    line's text, for the part of the event split off for the rank's node (resolve_nodes)."""
+    """Count the hit's line under its rank in the cascade's event (hits come in file order: a
+    rank's first line is its first hit).  A line that names no task or host (a host field is in
+    the key: schema) may come from any node: its rank keeps its first line's text, for the part of
+    the event split off for the rank's node (resolve_nodes)."""
     rank = _rank_of(hit, origin)
     if rank is None:
         return
     share = event.ranks.get(rank)
     if share is not None:
         share.lines += 1
-        if hit.lineno < share.lineno:  # a counted group's line came first in the file, this one is earlier
-            placed = origin.task is not None or bool(origin.host or hit.fields.get("host") or hit.fields.get("node"))
-            share.lineno, share.line, share.stamp = hit.lineno, source.original_line(hit.lineno), stamp
-            share.text = None if placed else hit.text
     else:
         placed = origin.task is not None or bool(origin.host or hit.fields.get("host") or hit.fields.get("node"))
-        event.ranks[rank] = RankShare(hit.lineno, source.original_line(hit.lineno), stamp, None if placed else hit.text)
+        event.ranks[rank] = RankShare(hit.lineno, source.original_line(hit.lineno), *_stated(stamp),
+                                      None if placed else hit.text)
 
 
 def _filed_under(origin, line: str, provenance: Provenance) -> str | None:
@@ -786,7 +709,7 @@ def _cascade_parts(event: Event, rank_to_node: dict[int, str]) -> list[Event]:
         part.order, part.line, part.text = (event.order[0], first.lineno), first.line, first.text
         if "rank" in part.fields:
             part.fields["rank"] = rank
-        times = [share.stamp for share in ranks.values() if share.stamp is not None]
+        times = [share.time for share in ranks.values() if share.time is not None]
         part.time = min(times) if times else event.time
         parts.append(part)
     return sorted(parts, key=lambda part: part.order)
