@@ -53,6 +53,10 @@ SEVERITIES = ("info", "warning", "error", "critical")
 #   metrics     changes of monitoring series (DCGM, node_exporter) read by the Prometheus connector
 SOURCE_KINDS = ("kernel", "syslog", "app", "nvidia_smi", "sysfs", "job", "metrics")
 
+# Makers of accelerators whose lines the rules read besides NVIDIA's (a GPU-domain rule's
+# event.vendor; none: NVIDIA's): the admin's next step names the maker's diagnostics.
+GPU_VENDORS = ("amd", "intel", "habana", "aws_neuron")
+
 # notes key: another category the same event reads as (a relation's `keeps_reading`, a code
 # table's `other_reading`): the diagnosis is ambiguous and lists that reading as an alternative
 OTHER_READING = "other_reading"

@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from slurm_attrib.engine.pipeline import analyze_path
 
 NODES = ["gpu01", "gpu02", "gpu03", "gpu04"]
@@ -92,6 +94,30 @@ def test_a_contained_gpu_fault_the_kernel_records_names_why_it_is_not_drained(tm
         "gpu_uncorrectable_ecc", "confirmed", ["gpu02"], [])
     admin = [a.text for a in diagnosis.actions if a.who == "admin"]
     assert any(t.startswith("Not drained automatically: the recorded error does not by itself") for t in admin), admin
+
+
+@pytest.mark.parametrize("line, tool", [
+    ("amdgpu 0000:dd:00.0: {1}uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!", "ROCm Validation Suite"),
+    ("i915 0000:6c:00.0: [Hardware Error]: GT0 detected EU GRF FATAL error", "xpu-smi diag"),
+    ("habanalabs 0000:b3:00.0: 0000:b3:00.0 Failed to reset! Device is NOT usable", "hl_qual"),
+    ("NEURON_HW_ERR=SRAM_UNCORRECTABLE_ERROR instance-id=i-0592464924bd45322 nd-id=0 nc-id=0 action=TERMINATE_INSTANCE",
+     "neuron-ls"),
+    ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", "dcgmi diag"),
+])
+def test_the_admin_is_told_the_gpu_makers_own_diagnostics(tmp_path, line, tool):
+    """A GPU rule's event.vendor picks the maker's diagnostics: DCGM only reads NVIDIA's GPUs."""
+    dmesg = f"2026-12-02T13:10:00,000101+00:00 {line}\n"
+    diagnosis = analyze_path(write_job(tmp_path, {"gpu02/dmesg": dmesg, "slurm-77.out": "srun: error: gpu02: task 1: Aborted\n"}))
+    assert diagnosis.domain == "gpu" and diagnosis.culprit_nodes == ["gpu02"]
+    admin = " ".join(a.text for a in diagnosis.actions if a.who == "admin")
+    assert tool in admin and (tool == "dcgmi diag" or "dcgmi" not in admin), admin
+
+
+def test_every_gpu_vendor_has_its_diagnostics():
+    from slurm_attrib.engine.explain import VENDOR_GPU_ACTIONS
+    from slurm_attrib.vocab import GPU_VENDORS
+
+    assert set(VENDOR_GPU_ACTIONS) == set(GPU_VENDORS)
 
 
 def test_unorderable_faults_on_two_nodes_are_ambiguous(tmp_path):

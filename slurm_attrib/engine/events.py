@@ -87,6 +87,7 @@ class Event:
     chosen: bool = False  # the cause the ranking chose: what the link stratum's relations read
     onset: str | None = None  # the rule's event.onset: how the failure the line reports is dated
     reports_on: str | None = None  # the rule's event.reports_on: "named_node" (the node it names) or "job" (some node)
+    vendor: str | None = None  # the rule's event.vendor: the GPU's maker when not NVIDIA
 
     @property
     def body(self) -> str:
@@ -490,6 +491,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, first_line: str, o
         literals=hit.rule.match.contains,
         onset=hit.rule.event.onset,
         reports_on=hit.rule.event.reports_on,
+        vendor=hit.rule.event.vendor,
     )
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host
     event.rank = _rank_of(hit, origin)

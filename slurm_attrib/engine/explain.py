@@ -49,6 +49,19 @@ ADMIN_ACTIONS = {
     "host": "Check {nodes} (console, BMC event log, kernel log) before returning it to service",
     "storage": "Check the shared filesystem's servers and clients; no compute node is at fault",
 }
+# The GPU's maker's own diagnostics (a GPU rule's event.vendor; the entry above is NVIDIA's DCGM):
+# the ROCm Validation Suite and amd-smi, Intel's XPU Manager, Intel Gaudi's hl_qual and hl-smi,
+# AWS's Neuron tools (which replace the instance of a device with uncorrectable errors).
+VENDOR_GPU_ACTIONS = {
+    "amd": "Drain {nodes}, run AMD's GPU diagnostics (the ROCm Validation Suite, rvs; amd-smi for the RAS "
+           "error counts) and reset or replace the GPU before returning it to service",
+    "intel": "Drain {nodes}, run Intel's GPU diagnostics (xpu-smi diag, xpu-smi health) and reset or replace "
+             "the GPU before returning it to service",
+    "habana": "Drain {nodes}, run the Gaudi qualification tests (hl_qual; hl-smi -q for the device's state) "
+              "and reset or replace the device before returning it to service",
+    "aws_neuron": "Drain {nodes}, check its Neuron devices (neuron-ls, neuron-monitor's hardware error counts) "
+                  "and replace the instance before returning it to service",
+}
 
 # A failed RDMA work completion whose status points at how the transfer was set up (protection,
 # access, invalid request: rules/_codes.yaml points_at) is not a cable's fault.
@@ -145,7 +158,8 @@ def actions_for(verdict: "Verdict", drains: list[Drain]) -> list[Action]:
         actions.append(Action(who="admin", text=f"NVIDIA's recommended action for Xid {primary.fields.get('xid')}: {primary.notes['xid_action']}"))
     if primary.domain in ADMIN_ACTIONS and not verdict.systemic:
         setup = primary.notes.get("ib_status_points_at") in RDMA_SETUP_POINTS_AT
-        actions.append(Action(who="admin", text=(RDMA_SETUP_ACTION if setup else ADMIN_ACTIONS[primary.domain]).format(nodes=nodes)))
+        action = RDMA_SETUP_ACTION if setup else VENDOR_GPU_ACTIONS.get(primary.vendor, ADMIN_ACTIONS[primary.domain])
+        actions.append(Action(who="admin", text=action.format(nodes=nodes)))
     if verdict.systemic:
         actions.append(Action(who="admin", text="Investigate the shared service (filesystem, fabric) used by all nodes; do not drain nodes one by one"))
     # a code's own advice (rules/_codes.yaml `action`) before its category's general one

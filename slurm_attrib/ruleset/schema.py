@@ -13,7 +13,7 @@ import re2
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from slurm_attrib.ruleset.spec import DEFAULT_SOURCES, Rule, compiled, group_names
-from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, DOMAIN_OF_CATEGORY, SOURCE_KINDS
+from slurm_attrib.vocab import CATEGORIES_BY_DOMAIN, DOMAIN_OF_CATEGORY, GPU_VENDORS, SOURCE_KINDS
 
 FieldCast = Literal["int", "float", "str", "lower", "pci"]
 RULE_ID = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")  # used with fullmatch
@@ -103,6 +103,7 @@ class EventModel(StrictModel):
     ends: bool = False  # spec.EventSpec.ends
     onset: Literal["node_last_seen"] | None = None  # spec.EventSpec.onset
     reports_on: Literal["named_node", "job"] | None = None  # spec.EventSpec.reports_on
+    vendor: Literal[GPU_VENDORS] | None = None  # spec.EventSpec.vendor
 
     @model_validator(mode="after")
     def _category_fits_domain(self) -> "EventModel":
@@ -124,6 +125,8 @@ class EventModel(StrictModel):
             raise ValueError("only a marker of the rules proper reads a file's ends (first and last lines); it does not collapse")
         if self.onset is not None and self.role != "cause":
             raise ValueError("only a cause has an onset of its own: it dates the failure the line reports")
+        if self.vendor is not None and self.domain != "gpu":
+            raise ValueError("only a GPU's line names its vendor: the admin's diagnostics depend on it")
         return self
 
 

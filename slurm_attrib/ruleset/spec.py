@@ -44,6 +44,9 @@ One rule turns one log line (or a short block starting at that line) into an eve
       reports_on: named_node          # a controller's report on a node: the event is the node's its
                                       # `node` or `host` field names, not the log's host's; `job`: a
                                       # report on some node of the job, not the log's host
+      vendor: amd                     # domain gpu only: the accelerator's maker when not NVIDIA
+                                      # (amd, intel, habana, aws_neuron): which diagnostics the
+                                      # admin is told to run
     references: [https://...]
     examples:
       match: [{line: '...', fields: {...}}]
@@ -193,6 +196,9 @@ class EventSpec:
     # gpu01 CANCELLED ... DUE TO NODE FAILURE ***` in a survivor's slurmd.log): the event is on no
     # node, never the one whose log holds it.
     reports_on: str | None = None
+    # The maker of the accelerator a GPU-domain line reports on, when not NVIDIA (vocab.GPU_VENDORS):
+    # the admin's next step names that maker's diagnostics (engine/explain.py), not DCGM's.
+    vendor: str | None = None
 
 
 @dataclass(frozen=True)
