@@ -113,6 +113,19 @@ def test_the_admin_is_told_the_gpu_makers_own_diagnostics(tmp_path, line, tool):
     assert tool in admin and (tool == "dcgmi diag" or "dcgmi" not in admin), admin
 
 
+def test_an_object_store_that_throttled_the_job_is_no_shared_filesystem(tmp_path):
+    """S3's SlowDown is the store's refusal of the job's request rate: the admin checks the store,
+    the user lowers the rate; neither is told about filesystem servers and clients."""
+    output = ("[rank3]: botocore.exceptions.ClientError: An error occurred (SlowDown) when calling the PutObject "
+              "operation (reached max retries: 4): Please reduce your request rate.\n"
+              "srun: error: gpu02: task 3: Exited with exit code 1\n")
+    diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": output}))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.drain) == ("storage", "filesystem_error", [])
+    texts = {a.who: a.text for a in diagnosis.actions}
+    assert "object store" in texts["admin"] and "filesystem" not in texts["admin"], texts
+    assert "request rate" in texts["user"], texts
+
+
 def test_every_gpu_vendor_has_its_diagnostics():
     from slurm_attrib.engine.explain import VENDOR_GPU_ACTIONS
     from slurm_attrib.vocab import GPU_VENDORS

@@ -63,6 +63,20 @@ VENDOR_GPU_ACTIONS = {
                   "and replace the instance before returning it to service",
 }
 
+# An object store (S3, GCS, Azure Blob) that refused or could not be reached is no shared
+# filesystem: its owner checks the service and the bucket's request-rate limits, and the job's own
+# request rate is the usual trigger (S3's SlowDown is per prefix: many ranks writing one at once).
+TYPE_ACTIONS = {
+    "object_store_error": (
+        "Check the object store's health and the request-rate limits of the job's bucket or container; no compute node is at fault",
+        "Lower the job's request rate to the object store (fewer ranks writing at once, larger parts, "
+        "several prefixes, retries with back-off), then resubmit"),
+    "object_store_unreachable": (
+        "Check that the object store's endpoint resolves and answers from the job's nodes (DNS, proxy, "
+        "routes); no compute node is at fault",
+        "Check the endpoint the job names (endpoint_url, region, proxy settings), then resubmit"),
+}
+
 # A failed RDMA work completion whose status points at how the transfer was set up (protection,
 # access, invalid request: rules/_codes.yaml points_at) is not a cable's fault.
 RDMA_SETUP_ACTION = ("Check the RDMA setup of {nodes} (PCIe ACS / IOMMU, the GPUDirect peer-memory module, "
@@ -157,13 +171,11 @@ def actions_for(verdict: "Verdict", drains: list[Drain]) -> list[Action]:
     if primary.notes.get("xid_action"):
         actions.append(Action(who="admin", text=f"NVIDIA's recommended action for Xid {primary.fields.get('xid')}: {primary.notes['xid_action']}"))
     if primary.domain in ADMIN_ACTIONS and not verdict.systemic:
-        setup = primary.notes.get("ib_status_points_at") in RDMA_SETUP_POINTS_AT
-        action = RDMA_SETUP_ACTION if setup else VENDOR_GPU_ACTIONS.get(primary.vendor, ADMIN_ACTIONS[primary.domain])
-        actions.append(Action(who="admin", text=action.format(nodes=nodes)))
+        actions.append(Action(who="admin", text=_admin_action(primary).format(nodes=nodes)))
     if verdict.systemic:
         actions.append(Action(who="admin", text="Investigate the shared service (filesystem, fabric) used by all nodes; do not drain nodes one by one"))
-    # a code's own advice (rules/_codes.yaml `action`) before its category's general one
-    user_action = primary.notes.get("code_action") or USER_ACTIONS.get(primary.category)
+    # a code's own advice (rules/_codes.yaml `action`) before its type's or category's general one
+    user_action = primary.notes.get("code_action") or _user_action(primary)
     if user_action:
         actions.append(Action(who="user", text=user_action))
     elif primary.domain in ("gpu", "network", "host"):
@@ -171,6 +183,21 @@ def actions_for(verdict: "Verdict", drains: list[Drain]) -> list[Action]:
     if primary.domain in ("gpu", "network", "host") and not drains and verdict.culprits:
         actions.append(Action(who="admin", text=f"Not drained automatically: {_why_not_drained(verdict)}"))
     return actions
+
+
+def _admin_action(primary: "Event") -> str:
+    """The admin's next step for a cause in an admin's domain: the most specific table's."""
+    if primary.notes.get("ib_status_points_at") in RDMA_SETUP_POINTS_AT:
+        return RDMA_SETUP_ACTION
+    if primary.type in TYPE_ACTIONS:
+        return TYPE_ACTIONS[primary.type][0]
+    return VENDOR_GPU_ACTIONS.get(primary.vendor, ADMIN_ACTIONS[primary.domain])
+
+
+def _user_action(primary: "Event") -> str | None:
+    if primary.type in TYPE_ACTIONS:
+        return TYPE_ACTIONS[primary.type][1]
+    return USER_ACTIONS.get(primary.category)
 
 
 def _why_not_drained(verdict: "Verdict") -> str:
