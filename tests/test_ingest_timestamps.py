@@ -37,6 +37,14 @@ T = utc(2024, 12, 2, 13, 4, 6)
         ("[999999999.500000] uptime of 31 years, still read as one", None, None, 999999999.5),
         # dmesg -T (the year is in the line)
         ("[Tue Apr  9 01:21:38 2024] NVRM: Xid (PCI:0000:a1:00): 79", None, utc(2024, 4, 9, 1, 21, 38), None),
+        # bracketed RFC 3164 stamps of December and February (their first letters are also glog's levels)
+        ("[Dec  2 13:04:06] gpu01 slurmd[77]: error: x", 2024, T, None),
+        ("[Feb 02 13:04:06] x", 2024, utc(2024, 2, 2, 13, 4, 6), None),
+        # NVIDIA Fabric Manager's log: month, day, year, time
+        ("[Dec 02 2024 13:04:06] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0", None, T, None),
+        ("[Jul 23 2024 07:53:55] [INFO] [tid 12] Fabric Manager version 535.129.03 is running", None,
+         utc(2024, 7, 23, 7, 53, 55), None),
+        ("[Dec 02 2024 13:04:06 unclosed", None, None, None),
         # dmesg --time-format iso
         ("2024-04-09T01:21:38,123456+00:00 NVRM: Xid 79", None, utc(2024, 4, 9, 1, 21, 38, 0.123456), None),
         ("2024-04-09T03:21:38,500000+02:00 NVRM: Xid 79", None, utc(2024, 4, 9, 1, 21, 38, 0.5), None),

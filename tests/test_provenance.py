@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurm_attrib.capture.sources import declared_provenance, default_sources, file_provenance
-from slurm_attrib.engine.pipeline import analyze_evidence, analyze_path, load_any
+from slurm_attrib.engine.pipeline import analyze_evidence, analyze_path, judge_path, load_any
 from slurm_attrib.ingest.ownership import OwnerCheck
 from slurm_attrib.provenance import Provenance, supports_verdict
 
@@ -221,6 +221,33 @@ def test_a_root_services_line_quoting_an_xid_is_no_kernel_report(tmp_path):
     assert analyze_path(folder).drain == []
 
 
+FABRIC_MANAGER_LINE = ("[Dec 02 2026 13:04:06] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 on "
+                       "NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 33")
+
+
+@pytest.mark.parametrize(("name", "kind", "provenance", "trusted"), [
+    ("fabricmanager", "app", "daemon", True),  # root's nv-fabricmanager's own log: its lines name no program
+    ("fabricmanager", "app", "user", False),
+    ("syslog", "app", "daemon", False),  # a log kept for others: a line naming no sender stays a claim
+])
+def test_a_daemons_own_log_needs_no_sender_on_its_lines(tmp_path, name, kind, provenance, trusted):
+    folder = tmp_path / "7"
+    bundle(folder, "gpu02", [source(name, kind, FABRIC_MANAGER_LINE, provenance)])
+    bundle(folder, "gpu01", [])
+    _, events = judge_path(folder)
+    fault = next(e for e in events if e.rule_id == "gpu.fabricmanager_nvswitch_error")
+    assert fault.trusted is trusted and fault.node == "gpu02"
+
+
+@root_only
+def test_a_fabric_manager_log_the_operator_copied_is_the_daemons(tmp_path):
+    folder = logs_folder(tmp_path / "job", {"gpu02/fabricmanager.log": FABRIC_MANAGER_LINE + "\n",
+                                            "gpu01/fabricmanager.log.out": FABRIC_MANAGER_LINE + "\n"})
+    _, events = judge_path(folder)
+    trusted = {e.source: e.trusted for e in events if e.rule_id == "gpu.fabricmanager_nvswitch_error"}
+    assert trusted == {"gpu02/fabricmanager.log": True, "gpu01/fabricmanager.log.out": False}  # .out: a job's output
+
+
 def test_kernel_reading_rules_need_the_kernels_own_log():
     assert supports_verdict(Provenance.KERNEL, reads_kernel=True)
     assert not supports_verdict(Provenance.DAEMON, reads_kernel=True)
@@ -242,6 +269,7 @@ def test_capture_sources_say_who_can_write_them(tmp_path):
     assert by_origin[("syslog", "/var/log/syslog")] is Provenance.USER
     assert by_origin[("job_stdout", "")] is Provenance.USER
     assert by_origin[("nvidia_smi", "nvidia-smi")] is Provenance.PROBE
+    assert by_origin[("fabricmanager", "/var/log/fabricmanager.log")] is Provenance.DAEMON
     journal = next(s for s in default_sources() if s.name == "syslog" and s.command)
     assert "_UID=0" in journal.command  # root's services only: a user's `logger` line is not read
 

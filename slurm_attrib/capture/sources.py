@@ -45,6 +45,7 @@ Special names (their path may be left empty):
                             (capture.frdump, restricted unpickler: no code runs); presence, size
                             and mtime of every matching file are listed too
   ib_counters               sysfs InfiniBand port counters and state (deltas vs the prolog)
+  fabricmanager             /var/log/fabricmanager.log (NVSwitch systems): the root daemon's own log
 Any other app-kind path source is user-written and gets the same ownership checks as job output.
 
 Provenance (slurm_attrib.provenance): every result says who can write its source.  Commands and
@@ -112,6 +113,11 @@ def default_sources() -> list[SourceConfig]:
         # without journald every user's `logger` lines are in these files, under any tag
         SourceConfig(name="syslog", kind="syslog", path="/var/log/syslog", timeout=3.0, provenance="user"),
         SourceConfig(name="syslog", kind="syslog", path="/var/log/messages", timeout=3.0, provenance="user"),
+        # NVSwitch systems: Fabric Manager's own log (root's nv-fabricmanager, LOG_FILE_NAME of its
+        # fabricmanager.cfg), which repeats the switches' SXids and says why the fabric failed; a
+        # node without NVSwitches has none (status missing)
+        SourceConfig(name="fabricmanager", kind="app", path="/var/log/fabricmanager.log", timeout=2.0,
+                     max_bytes=1024 * 1024, provenance="daemon"),
         SourceConfig(name="job_stdout", kind="app", timeout=4.0, max_bytes=64 * 1024 * 1024),
         SourceConfig(name="job_stderr", kind="app", timeout=4.0, max_bytes=64 * 1024 * 1024),
         SourceConfig(name="nccl_debug", kind="app", path="", timeout=2.0),

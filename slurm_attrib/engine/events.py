@@ -16,7 +16,7 @@ from slurm_attrib.engine.counting import (
 )
 from slurm_attrib.engine.jobwindow import window_side
 from slurm_attrib.hostlist import expand
-from slurm_attrib.ingest.kinds import SLURM_DAEMON_LINE
+from slurm_attrib.ingest.kinds import SLURM_DAEMON_LINE, name_hint
 from slurm_attrib.ingest.origin import Origin, line_origin
 from slurm_attrib.ingest.timestamps import (
     NO_TIME,
@@ -482,7 +482,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, first_line: str, o
     """The event of one hit, not yet placed in time (see scan_evidence): its line's first line,
     origin (line_origin) and whether its time is inherited are read once per line by _scan_file."""
     kernel_side = "kernel" in hit.rule.sources
-    filed_under = _filed_under(origin, first_line, source.provenance)
+    filed_under = _filed_under(origin, first_line, source)
     event = Event(
         rule_id=hit.rule.id,
         title=hit.rule.title,
@@ -578,13 +578,22 @@ def _join_cascade(event: Event, hit: Hit, origin: Origin, source: SourceFile, st
                                       None if placed else hit.text)
 
 
-def _filed_under(origin, line: str, provenance: Provenance) -> str | None:
+def _filed_under(origin, line: str, source: SourceFile) -> str | None:
     """The program a daemon-kept log files the line under (provenance.supports_verdict); "?" for a
     line of such a log that names none: the further line of a record above (a message's embedded
-    newline), whose sender is not on it.  A Slurm daemon's own log names none and needs none."""
-    if origin.program is not None or provenance is not Provenance.DAEMON or SLURM_DAEMON_LINE.match(line):
+    newline), whose sender is not on it.  A daemon's own log (a Slurm daemon's, Fabric Manager's
+    fabricmanager.log) names none and needs none: only its daemon writes it."""
+    if origin.program is not None or source.provenance is not Provenance.DAEMON:
         return origin.program
+    if SLURM_DAEMON_LINE.match(line) or _own_log_of_a_daemon(source):
+        return None
     return "?"
+
+
+def _own_log_of_a_daemon(source: SourceFile) -> bool:
+    """A source of a daemon's provenance that is neither a log kept for others (syslog, the
+    journal, kern.log) nor named like one: a root service's own log file."""
+    return source.kind not in ("syslog", "kernel") and name_hint(source.rel) not in ("syslog", "kernel")
 
 
 def _body(line: str, literals: list[str]) -> str:

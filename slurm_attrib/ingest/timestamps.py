@@ -69,6 +69,9 @@ _ISO = re.compile(
 )
 # RFC 3164 and journalctl short / short-precise: `Dec  2 13:04:06`, `Dec 02 13:04:06.123456`.
 _BSD = re.compile(_MON + r" +(?P<d>\d{1,2}) " + _HMS + _FRAC + r"(?: (?P<y>\d{4})(?= ))?(?![\d:])")
+# Month, day and year before the time, in brackets: NVIDIA Fabric Manager's log
+# (`[Jul 23 2024 07:53:55] [ERROR] [tid 841] ...`).
+_MDY = re.compile(_MON + r" +(?P<d>\d{1,2}) (?P<y>\d{4}) " + _HMS + _FRAC + r"\]")
 # ctime style: `Tue Apr  9 01:21:38 2024` (dmesg -T, inside brackets) or without a year.
 _CTIME = re.compile(_DOW + r" " + _MON + r" +(?P<d>\d{1,2}) " + _HMS + _FRAC + r"(?: (?P<y>\d{4}))?(?![\d:])")
 # journalctl short-full: `Mon 2024-12-02 13:04:06 UTC`.
@@ -218,12 +221,13 @@ def _bracketed(text: str, pos: int, year_hint: int | None) -> LineTime:
             return LineTime(_from_month_name(m, year_hint), None)
     if first in "IWEFD":  # PyTorch glog: [E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629]
         m = _GLOG.match(text, inner)
-        if m is not None and year_hint is not None:
+        if m is not None:
+            if year_hint is None:
+                return NO_TIME
             return LineTime(_wall(year_hint, int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]),
                                   int(m["S"]), _frac(m["frac"])), None)
-        return NO_TIME
-    if first in "JFMASOND":  # [Dec  2 13:04:06] and similar
-        m = _BSD.match(text, inner)
+    if first in "JFMASOND":  # [Dec  2 13:04:06] and similar; Fabric Manager's [Dec 02 2026 13:04:06]
+        m = _BSD.match(text, inner) or _MDY.match(text, inner)
         if m is not None:
             return LineTime(_from_month_name(m, year_hint), None)
     return NO_TIME

@@ -42,7 +42,8 @@ class Node:
             "SATTRIB_PROC_ROOT": str(tmp / "proc"),
         }
         # by default nothing from the real machine: every built-in source is turned off
-        for name in ("kernel", "syslog", "job_stdout", "job_stderr", "nccl_debug", "flight_recorder", "nvidia_smi", "ib_counters"):
+        for name in ("kernel", "syslog", "job_stdout", "job_stderr", "nccl_debug", "flight_recorder", "nvidia_smi", "ib_counters",
+                     "fabricmanager"):
             self.config["sources"].append({"name": name, "kind": "kernel", "enabled": False})
 
     def source(self, **src) -> None:

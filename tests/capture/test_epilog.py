@@ -310,6 +310,30 @@ def test_job_output_only_on_batch_host_and_checked(node):
         assert source_of(node.bundle(), "job_stdout")["status"] == "forbidden"
 
 
+def test_fabric_managers_own_log_is_kept_as_the_daemons_word(node):
+    """NVSwitch systems: the built-in fabricmanager source (here pointed at a test file) keeps
+    Fabric Manager's SXid lines as a daemon's, and the analysis reads them as trusted, timed by the
+    log's own `[Dec 02 2026 13:04:06]` stamps."""
+    from slurm_attrib.capture.sources import default_sources
+    from slurm_attrib.engine.pipeline import judge_path
+
+    builtin = next(s for s in default_sources() if s.name == "fabricmanager")
+    assert (builtin.path, builtin.kind, builtin.provenance) == ("/var/log/fabricmanager.log", "app", "daemon")
+    log = node.tmp / "fabricmanager.log"
+    log.write_text("[Dec 02 2026 12:58:00] [INFO] [tid 800] Successfully configured all the available NVSwitches\n" * 50
+                   + "[Dec 02 2026 13:04:06] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 on NVSwitch "
+                     "pci bus id 00000000:86:00.0 physical id 3 port 33\n")
+    node.source(name="fabricmanager", kind="app", path=str(log), provenance="daemon")
+    rc, _ = node.run()
+    assert rc == 0
+    kept = source_of(node.bundle(), "fabricmanager")
+    assert kept["status"] == "ok" and kept["provenance"] == "daemon"
+    assert any("NVSwitch fatal error 20034" in text for _, text in kept["lines"])
+    _, events = judge_path(node.spool / "4242")
+    fault = next(e for e in events if e.rule_id == "gpu.fabricmanager_nvswitch_error")
+    assert fault.trusted and fault.node == "gpu01" and fault.time is not None
+
+
 def test_builtin_default_sources_run_on_this_machine(node):
     """No source config at all: the built-in sources run (whatever this machine has) in the bound."""
     node.config.pop("sources")
