@@ -38,6 +38,10 @@ class SourceConfig:
     # Who can write it (provenance.Provenance value); empty: a command run as root is what its kind
     # says, a file is too when root owns it and only root can write it, anything else is `user`.
     provenance: str = ""
+    # "root": every line was sent by uid 0 (a journalctl match on `_UID=0`, which journald takes
+    # from the sender's socket credentials): a line filed under one of provenance.ROOT_DAEMONS is
+    # that daemon's own, not a user's `logger` line under its name.  Empty: the sender is unknown.
+    senders: str = ""
 
 
 @dataclass(frozen=True)
@@ -343,6 +347,8 @@ def _source_from(item: object, path: Path) -> SourceConfig:
         item = {**item, "command": tuple(str(a) for a in item["command"] or ())}
     if item.get("provenance", "") not in ("", *(p.value for p in Provenance)):
         raise ConfigError(f"{path}: source {item['name']!r}: provenance must be one of {', '.join(p.value for p in Provenance)}")
+    if item.get("senders", "") not in ("", "root"):
+        raise ConfigError(f"{path}: source {item['name']!r}: senders must be 'root' or empty")
     return SourceConfig(**item)
 
 

@@ -22,7 +22,9 @@ acts (a user's `logger` line, or a daemon quoting something), and a rule that re
 messages counts only on the kernel's own log or on a line filed under `kernel`.  In a plain text
 syslog a user's `logger -t kernel` line is filed under `kernel` too: the epilog therefore reads
 root's journal lines only and never /var/log/syslog as the daemons'; an operator who hands over
-a node's syslog file vouches for what it files under `kernel`.  `supports_verdict` is that decision;
+a node's syslog file vouches for what it files under `kernel`.  In that journal of root's senders
+(SourceFile.root_senders) a line filed under a root daemon that reports what it saw (ROOT_DAEMONS)
+is that daemon's word too.  `supports_verdict` is that decision;
 every path that acts (the diagnosis' drain list, the fleet, the NHC check, the service) goes
 through it, directly or through the events and index rows it marked.
 """
@@ -60,14 +62,28 @@ def vouched(kind: str) -> Provenance:
     return PROVENANCE_OF_KIND.get(kind, Provenance.USER)
 
 
-def supports_verdict(provenance: Provenance, reads_kernel: bool, filed_under: str | None = None) -> bool:
+# Root services whose own lines report what they saw, never text a user handed them: in a log of
+# root's senders only (the epilog's journal, `_UID=0`: SourceFile.root_senders) a line filed under
+# one of them is the daemon's word.  Not sudo, sshd or systemd-coredump (they quote a user's
+# command, name or stack frames), nor a container runtime (its log driver relays a job's output).
+ROOT_DAEMONS = frozenset({
+    "slurmd", "slurmstepd", "slurmctld", "slurmdbd",  # Slurm
+    "systemd", "systemd-logind", "systemd-networkd", "systemd-oomd", "systemd-journald", "NetworkManager",
+    "nvidia-persistenced", "nv-fabricmanager", "nv-hostengine",  # NVIDIA's root services
+    "rasdaemon", "chronyd", "OpenSM", "mmfsd", "nhc",
+})
+
+
+def supports_verdict(provenance: Provenance, reads_kernel: bool, filed_under: str | None = None,
+                     root_senders: bool = False) -> bool:
     """May a line of this provenance, matched by a rule that does (or does not) read kernel
     messages, support a drain, a fleet strike or a confirmed hardware verdict?  filed_under: the
-    program the line's syslog header names (None: the line has no such header)."""
+    program the line's syslog header names (None: the line has no such header); root_senders:
+    the log holds root's lines only (a journal read with `_UID=0`)."""
     if not provenance.trusted:
         return False
     if provenance is Provenance.DAEMON and filed_under not in (None, "kernel"):
-        return False
+        return not reads_kernel and root_senders and filed_under in ROOT_DAEMONS
     if reads_kernel:
         return provenance is Provenance.KERNEL or (provenance is Provenance.DAEMON and filed_under == "kernel")
     return True

@@ -248,6 +248,39 @@ def test_a_fabric_manager_log_the_operator_copied_is_the_daemons(tmp_path):
     assert trusted == {"gpu02/fabricmanager.log": True, "gpu01/fabricmanager.log.out": False}  # .out: a job's output
 
 
+SLURMD_GPU_LOST = "2026-12-02T13:04:06.000000+00:00 gpu02 {program}[4242]: error: Failed to get UUID of GPU: GPU is lost"
+
+
+def journal(line: str, senders: str | None) -> dict:
+    entry = source("syslog", "syslog", line, "daemon")
+    if senders is not None:
+        entry["senders"] = senders
+    return entry
+
+
+@pytest.mark.parametrize(("program", "senders", "drains"), [
+    ("slurmd", "root", True),  # root's journal (_UID=0): slurmd's own report that NVML lost the GPU
+    ("slurmd", None, False),  # a journal of every uid: a user's `logger -t slurmd` reads the same
+    ("sudo", "root", False),  # root's, but sudo logs the command a user ran
+    ("alice", "root", False),
+])
+def test_a_root_daemons_line_acts_only_from_a_log_of_roots_lines(tmp_path, program, senders, drains):
+    folder = tmp_path / "7"
+    bundle(folder, "gpu02", [journal(SLURMD_GPU_LOST.format(program=program), senders)])
+    bundle(folder, "gpu01", [])
+    diagnosis = analyze_path(folder)
+    assert (diagnosis.category, diagnosis.culprit_nodes) == ("gpu_fell_off_bus", ["gpu02"])
+    assert [d.node for d in diagnosis.drain] == (["gpu02"] if drains else [])
+
+
+def test_root_senders_never_make_a_daemon_line_a_kernel_report(tmp_path):
+    """A root daemon quoting an Xid is still no kernel report (kernel-reading rules need `kernel`)."""
+    assert not supports_verdict(Provenance.DAEMON, reads_kernel=True, filed_under="slurmd", root_senders=True)
+    assert supports_verdict(Provenance.DAEMON, reads_kernel=False, filed_under="slurmd", root_senders=True)
+    assert not supports_verdict(Provenance.DAEMON, reads_kernel=False, filed_under="?", root_senders=True)
+    assert not supports_verdict(Provenance.USER, reads_kernel=False, filed_under="slurmd", root_senders=True)
+
+
 def test_kernel_reading_rules_need_the_kernels_own_log():
     assert supports_verdict(Provenance.KERNEL, reads_kernel=True)
     assert not supports_verdict(Provenance.DAEMON, reads_kernel=True)
@@ -272,6 +305,8 @@ def test_capture_sources_say_who_can_write_them(tmp_path):
     assert by_origin[("fabricmanager", "/var/log/fabricmanager.log")] is Provenance.DAEMON
     journal = next(s for s in default_sources() if s.name == "syslog" and s.command)
     assert "_UID=0" in journal.command  # root's services only: a user's `logger` line is not read
+    assert journal.senders == "root"
+    assert {s.senders for s in default_sources() if s != journal} == {""}
 
 
 def test_a_configured_file_vouches_for_its_kind_only_when_only_root_writes_it(tmp_path):
@@ -295,3 +330,14 @@ def test_the_hook_layouts_forged_logger_line_recommends_no_drain(tmp_path):
     (folder / "gpu02" / "syslog").write_text(
         "Dec  2 13:30:00 gpu02 alice[4242]: NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python, GPU has fallen off the bus.\n")
     assert analyze_path(folder).drain == []
+
+
+def test_a_source_says_only_that_root_sent_its_lines(tmp_path):
+    from slurm_attrib.config import ConfigError, load_config
+
+    path = tmp_path / "config.yaml"
+    path.write_text("sources:\n  - {name: syslog, kind: syslog, command: [journalctl], senders: root}\n")
+    assert load_config(path).sources[0].senders == "root"
+    path.write_text("sources:\n  - {name: syslog, kind: syslog, command: [journalctl], senders: everyone}\n")
+    with pytest.raises(ConfigError, match="senders"):
+        load_config(path)

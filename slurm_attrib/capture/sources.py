@@ -109,6 +109,7 @@ def default_sources() -> list[SourceConfig]:
                 "_TRANSPORT=syslog", "_TRANSPORT=journal", "_TRANSPORT=stdout", "_UID=0",
             ),
             timeout=4.0,
+            senders="root",
         ),
         # without journald every user's `logger` lines are in these files, under any tag
         SourceConfig(name="syslog", kind="syslog", path="/var/log/syslog", timeout=3.0, provenance="user"),
@@ -610,6 +611,7 @@ def new_result(src: SourceConfig, name: str | None = None) -> dict:
         "name": name or src.name,
         "kind": src.kind,
         "provenance": declared_provenance(src).value,
+        **({"senders": src.senders} if src.senders else {}),
         "origin": "",
         "status": "error",
         "detail": "",

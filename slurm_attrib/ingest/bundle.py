@@ -164,14 +164,16 @@ def _source_file(node: str, rel_bundle: str, src: dict, vouched_bundle: bool) ->
     if kind is None or not texts:
         return None, coverage
     data = ("\n".join(texts) + "\n").encode("utf-8", "replace")
+    provenance = _provenance(src, kind, vouched_bundle)
     source = BundleSource(
         rel=f"{rel_bundle}/{name}",
         node=node,
         kind=kind,
-        provenance=_provenance(src, kind, vouched_bundle),
+        provenance=provenance,
         data=data,
         line_numbers=numbers,
         status=status,
+        root_senders=provenance is Provenance.DAEMON and kind == "syslog" and src.get("senders") == "root",
     )
     return source, coverage
 

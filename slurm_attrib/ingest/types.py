@@ -45,6 +45,9 @@ class SourceFile:
     cap: int = 0
     size: int = -1  # bytes of content (of the kept part on disk for a streamed file)
     years: tuple[int, ...] | None = None  # full-date years in its head and tail (see evidence_year)
+    # Every line was sent by root (the epilog's journal of root's services, SourceConfig.senders):
+    # a line filed under one of provenance.ROOT_DAEMONS is that daemon's own report.
+    root_senders: bool = False
 
     @property
     def trusted(self) -> bool:

@@ -334,6 +334,21 @@ def test_fabric_managers_own_log_is_kept_as_the_daemons_word(node):
     assert fault.trusted and fault.node == "gpu01" and fault.time is not None
 
 
+def test_a_journal_of_roots_senders_says_so_and_its_daemons_lines_act(node):
+    """The journal source read with `_UID=0` (here a command printing what it would) records that
+    root sent every line, and slurmd's own `GPU is lost` line there drains the node."""
+    line = "2026-12-02T13:04:06.000000+00:00 gpu01 slurmd[4242]: error: Failed to get UUID of GPU: GPU is lost"
+    node.source(name="syslog", kind="syslog", command=["sh", "-c", f"echo '{line}'"], senders="root")
+    rc, _ = node.run()
+    assert rc == 0
+    journal = source_of(node.bundle(), "syslog")
+    assert (journal["status"], journal["provenance"], journal["senders"]) == ("ok", "daemon", "root")
+    from slurm_attrib.engine.pipeline import analyze_path
+
+    diagnosis = analyze_path(node.spool / "4242")
+    assert diagnosis.category == "gpu_fell_off_bus" and [d.node for d in diagnosis.drain] == ["gpu01"]
+
+
 def test_builtin_default_sources_run_on_this_machine(node):
     """No source config at all: the built-in sources run (whatever this machine has) in the bound."""
     node.config.pop("sources")
