@@ -248,6 +248,23 @@ def test_a_fabric_manager_log_the_operator_copied_is_the_daemons(tmp_path):
     assert trusted == {"gpu02/fabricmanager.log": True, "gpu01/fabricmanager.log.out": False}  # .out: a job's output
 
 
+@root_only
+@pytest.mark.parametrize(("name", "trusted"), [
+    ("lspci.txt", True),  # a root-run probe's output the operator copied: the hardware's own state
+    ("lspci.out", False),  # named like a job's output
+    ("notes.txt", False),  # a name that says nothing: its content (a plain line) is a user's
+])
+def test_a_probes_output_the_operator_copied_is_the_probes(tmp_path, name, trusted):
+    line = "3b:00.0 3D controller: NVIDIA Corporation GA100 [A100 SXM4 80GB] (rev ff)\n"
+    folder = logs_folder(tmp_path / "job", {f"gpu02/{name}": line})
+    _, events = judge_path(folder)
+    fault = next(e for e in events if e.rule_id == "cmd.lspci_gpu_rev_ff")
+    assert fault.trusted is trusted
+    chown_tree(folder)
+    _, events = judge_path(folder)
+    assert not next(e for e in events if e.rule_id == "cmd.lspci_gpu_rev_ff").trusted  # a folder a user owns
+
+
 SLURMD_GPU_LOST = "2026-12-02T13:04:06.000000+00:00 gpu02 {program}[4242]: error: Failed to get UUID of GPU: GPU is lost"
 
 

@@ -174,21 +174,28 @@ def _read_layout(path: Path, root: Path, entries: list, vouch: bool) -> Evidence
 JOB_OUTPUT_NAMES = re.compile(r"(?i).*(?:nccl|slurm-\d|stdout|stderr|\.out$|\.err$)")
 
 
-# Root services' own logs an operator may copy into a node folder: the daemon's word, whatever
-# kind their lines read as (Fabric Manager's `[Jul 23 2024 07:53:55] [ERROR] [tid 841] ...`).
-DAEMON_LOG_NAMES = re.compile(r"(?i)(?:nv-)?fabricmanager(?:[._-]\w+)*$")
+# Files an operator may copy into a node folder whose name says who wrote them, whatever kind
+# their lines read as: a root service's own log (Fabric Manager's `[Jul 23 2024 07:53:55] [ERROR]
+# [tid 841] ...`), and the output of a root-run probe (the InfiniBand and Ethernet port tools,
+# DCGM's dcgmi, lspci), whose `State: Down` or `rev ff` lines are the hardware's own state.
+NAMED_PROVENANCE = (
+    (re.compile(r"(?i)(?:nv-)?fabricmanager(?:[._-]\w+)*$"), Provenance.DAEMON),
+    (re.compile(r"(?i)(?:ibstat|ibstatus|ibv_devinfo|mlxlink|perfquery|ethtool|dcgmi|lspci)(?:[._-]\w+)*$"),
+     Provenance.PROBE),
+)
 
 
 def _provenance(rel: str, node: str | None, kind: str, owner: OwnerCheck) -> Provenance:
     """A node folder's file is what its name says it is (`dmesg`, `syslog`, `journal`, a root
-    daemon's own log, ...; else what its content is) when the operator vouches for it (owns it)
+    daemon's own log or a probe's output, ...; else what its content is) when the operator vouches for it (owns it)
     and its name is no job output's; everything else is a user's.  The name first: a user's lines
     in a copied syslog may make its content look like another kind's."""
     name = rel.rsplit("/", 1)[-1]
     if node is None or JOB_OUTPUT_NAMES.match(name) or not owner.vouches(Path(rel)):
         return Provenance.USER
-    if DAEMON_LOG_NAMES.match(name):
-        return Provenance.DAEMON
+    for names, provenance in NAMED_PROVENANCE:
+        if names.match(name):
+            return provenance
     return vouched(name_hint(name) or kind)
 
 
