@@ -126,6 +126,20 @@ def test_an_object_store_that_throttled_the_job_is_no_shared_filesystem(tmp_path
     assert "request rate" in texts["user"], texts
 
 
+def test_the_peer_two_nodes_lost_is_blamed_though_it_printed_nothing(tmp_path):
+    """gpu01 and gpu02 both lost their connections to 10.0.0.3 (gpu03 by the hosts file); gpu03's
+    own log holds no line a rule reads (it died silently): it is the culprit all the same."""
+    warn = ("[2026-12-02 13:10:0{s}] gpu0{n}:1234:1240 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion "
+            "from peer 10.0.0.3<49152> with status=12 opcode=0 len=0 vendor err 129 (Send) hca mlx5_0\n")
+    job = write_job(tmp_path, {
+        "slurm-77.out": warn.format(s=0, n=1) + warn.format(s=1, n=2) + "srun: error: gpu01: task 0: Exited with exit code 1\n",
+        "hosts.txt": "10.0.0.1 gpu01\n10.0.0.2 gpu02\n10.0.0.3 gpu03\n",
+        "gpu03/dmesg.txt": "[    1.000000] Linux version 6.1.0\n",
+    }, nodes=["gpu01", "gpu02", "gpu03"])
+    diagnosis = analyze_path(job)
+    assert (diagnosis.category, diagnosis.culprit_nodes) == ("transport_error", ["gpu03"])
+
+
 def test_every_gpu_vendor_has_its_diagnostics():
     from slurm_attrib.engine.explain import VENDOR_GPU_ACTIONS
     from slurm_attrib.vocab import GPU_VENDORS

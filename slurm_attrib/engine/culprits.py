@@ -83,7 +83,7 @@ def failed_nodes(found: CulpritContext) -> list[str]:
         return named
     if len(found.nodes_without_logs) == 1:
         return found.nodes_without_logs
-    peer = blamed_peer(found.events)  # the node its peers lost their connections to
+    peer = blamed_peer(found.events, found.job.nodes)  # the node its peers lost their connections to
     if peer:
         return peer
     if len(found.last_seen) >= 3:
@@ -95,13 +95,14 @@ def failed_nodes(found: CulpritContext) -> list[str]:
 
 
 def the_blamed_peer(found: CulpritContext) -> list[str]:
-    return blamed_peer(found.events)
+    return blamed_peer(found.events, found.job.nodes)
 
 
-def blamed_peer(events: list[Event]) -> list[str]:
+def blamed_peer(events: list[Event], job_nodes: tuple[str, ...] = ()) -> list[str]:
     """The far end of failing connections, when at least two other nodes name the same one
-    (peers resolved by `events.resolve_nodes` through the IP and rank maps present)."""
-    known = {e.node for e in events if e.node}
+    (peers resolved by `events.resolve_nodes` through the IP and rank maps present): a node of
+    the job, or of the events; one that died without a line of its own is blamed all the same."""
+    known = {e.node for e in events if e.node} | set(job_nodes)
     reporters: dict[str, set[str]] = defaultdict(set)
     for event in events:
         peer = event.notes.get("peer_node")

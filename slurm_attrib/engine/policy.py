@@ -142,7 +142,7 @@ def holds(when: When | None, verdict: Verdict, job: JobContext, events: list[Eve
         and (when.job_nodes is None or len(job.nodes) == when.job_nodes)
         and (when.text is None or (primary is not None and compiled(when.text).search(primary.text) is not None))
         and (when.other_causes is None or _other_causes(primary, events) == when.other_causes)
-        and (when.blamed_peer is None or bool(blamed_peer(events)) == when.blamed_peer)
+        and (when.blamed_peer is None or bool(blamed_peer(events, job.nodes)) == when.blamed_peer)
         and (when.any is None or any(matches(when.any, e) for e in events))
         and (when.said_it_finished is None or said_it_finished(events) == when.said_it_finished)
         and (not when.quality or verdict.quality in when.quality)
