@@ -140,6 +140,17 @@ def test_the_peer_two_nodes_lost_is_blamed_though_it_printed_nothing(tmp_path):
     assert (diagnosis.category, diagnosis.culprit_nodes) == ("transport_error", ["gpu03"])
 
 
+def test_a_report_on_the_jobs_nodes_is_not_the_node_that_stored_it(tmp_path):
+    """The head node's cloud resume log says the job's nodes could not be created: a report on the
+    job (event.reports_on `job`), never on the head node whose folder holds the file."""
+    line = ('resume.py ERROR: ... "Quota \'C2_CPUS\' exceeded. Limit: 300.0 in region europe-west4.". '
+            "Details: \"[{'domain': 'usageLimits', 'reason': 'quotaExceeded'}]\">\n")
+    job = write_job(tmp_path, {"head/resume.log": line, "slurm-77.out": "srun: PrologSlurmctld failed, job killed\n"},
+                    nodes=["gpu01", "gpu02"])
+    diagnosis = analyze_path(job)
+    assert (diagnosis.domain, diagnosis.category, diagnosis.culprit_nodes, diagnosis.drain) == ("host", "node_failure", [], [])
+
+
 def test_every_gpu_vendor_has_its_diagnostics():
     from slurm_attrib.engine.explain import VENDOR_GPU_ACTIONS
     from slurm_attrib.vocab import GPU_VENDORS

@@ -660,8 +660,9 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
     """
     known = set(job.nodes) | {e.node for e in events if e.node}
     # Job output is stored on one node (the batch host) but its lines come from every node:
-    # what a line says about its origin wins; the file's node is only the fallback.
-    stored_on = {id(e): e.node for e in events if e.kind == "app"}
+    # what a line says about its origin wins; the file's node is only the fallback, never for a
+    # report on some node of the job (rule event.reports_on `job`).
+    stored_on = {id(e): e.node for e in events if e.kind == "app" and e.reports_on != "job"}
     _inherit_block_hosts(events)
     job_nodes = frozenset(job.nodes)
     matched: dict[str, str] = {}
