@@ -415,6 +415,23 @@ def repeated_ranks(members: list[Event], context: JudgeContext, size: str = "wor
                                                        "world": world}
 
 
+PROGRESS_TYPES = ("job_progress", "job_progress_done", "work_progress")  # the run got past its start
+
+
+def missing_ranks(members: list[Event], context: JudgeContext, size: str = "world") -> tuple[list[Event], dict] | None:
+    """Fewer distinct ranks joined than the job's size (the largest value of `size`), none twice,
+    and the run printed no progress at all: the other processes were never started, and the ones
+    that were wait for them.  The members may be promoted."""
+    ranked = [e for e in members if e.rank is not None and e.fields.get(size)]
+    if not ranked or any(e.type in PROGRESS_TYPES for e in context.events):
+        return None
+    world = max(e.fields[size] for e in ranked)
+    seen = Counter(e.rank for e in ranked)
+    if len(seen) >= world or max(seen.values()) > 1:
+        return None
+    return ranked, {"joined": len(seen), "world": world}
+
+
 def waiting_for_rank_zero(members: list[Event], context: JudgeContext, max_seq: int, reach: int,
                           max_bytes: int) -> tuple[list[Event], dict] | None:
     """Ranks that timed out in one of their first collectives (sequence number at most `max_seq`)
@@ -453,6 +470,7 @@ def _progress_nearby(evidence: Evidence, events: list[Event], reach: int, max_by
 
 AGGREGATE_CHECKS: dict[str, Callable[..., tuple[list[Event], dict] | None]] = {"values_differ": values_differ,
                                                                                 "repeated_ranks": repeated_ranks,
+                                                                                "missing_ranks": missing_ranks,
                                                                                 "waiting_for_rank_zero": waiting_for_rank_zero}
 
 
