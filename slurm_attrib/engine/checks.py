@@ -486,6 +486,11 @@ def job_not_completed(context: JudgeContext) -> bool:
     return not job_completed(context)
 
 
+def job_failed(context: JudgeContext) -> bool:
+    """Slurm recorded how the job ended, and not as COMPLETED."""
+    return bool(context.job.state) and not job_completed(context)
+
+
 def job_ran_to_its_end(context: JudgeContext) -> bool:
     """A positive end: Slurm recorded the job COMPLETED, or, with no state recorded, the program
     said it finished (progress done, its own exit line)."""
@@ -532,6 +537,7 @@ def no_cause_but_the_scheduler(context: JudgeContext) -> bool:
 
 JOB_CHECKS: dict[str, Callable[[JudgeContext], bool]] = {"job_not_completed": job_not_completed,
                                                          "job_completed": job_completed,
+                                                         "job_failed": job_failed,
                                                          "job_ran_to_its_end": job_ran_to_its_end,
                                                          "no_cause_but_the_scheduler": no_cause_but_the_scheduler,
                                                          "no_collective_timeout": no_collective_timeout,
