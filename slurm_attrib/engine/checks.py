@@ -399,15 +399,23 @@ def values_differ(members: list[Event], context: JudgeContext, field: str) -> tu
     return members, {"each": each}
 
 
+def _joined(members: list[Event], size: str) -> tuple[list[Event], int, Counter] | None:
+    """The members that name their rank and the group's size, the size (the largest value of
+    `size`), and how often each rank joined."""
+    ranked = [e for e in members if e.rank is not None and e.fields.get(size)]
+    if not ranked:
+        return None
+    return ranked, max(e.fields[size] for e in ranked), Counter(e.rank for e in ranked)
+
+
 def repeated_ranks(members: list[Event], context: JudgeContext, size: str = "world") -> tuple[list[Event], dict] | None:
     """A global rank joined more than once while fewer distinct ranks joined than the job's size
     (the largest value of `size`): too many tasks for what the trainer expects.  A restart repeats
     every rank, so it does not hold.  The events of the repeated ranks may be promoted."""
-    ranked = [e for e in members if e.rank is not None and e.fields.get(size)]
-    if not ranked:
+    joined = _joined(members, size)
+    if joined is None:
         return None
-    world = max(e.fields[size] for e in ranked)
-    seen = Counter(e.rank for e in ranked)
+    ranked, world, seen = joined
     repeated = sorted(rank for rank, count in seen.items() if count > 1)
     if not repeated or len(seen) >= world:
         return None
@@ -422,11 +430,10 @@ def missing_ranks(members: list[Event], context: JudgeContext, size: str = "worl
     """Fewer distinct ranks joined than the job's size (the largest value of `size`), none twice,
     and the run printed no progress at all: the other processes were never started, and the ones
     that were wait for them.  The members may be promoted."""
-    ranked = [e for e in members if e.rank is not None and e.fields.get(size)]
-    if not ranked or any(e.type in PROGRESS_TYPES for e in context.events):
+    joined = _joined(members, size)
+    if joined is None or any(e.type in PROGRESS_TYPES for e in context.events):
         return None
-    world = max(e.fields[size] for e in ranked)
-    seen = Counter(e.rank for e in ranked)
+    ranked, world, seen = joined
     if len(seen) >= world or max(seen.values()) > 1:
         return None
     return ranked, {"joined": len(seen), "world": world}

@@ -187,9 +187,9 @@ NAMED_PROVENANCE = (
 
 def _provenance(rel: str, node: str | None, kind: str, owner: OwnerCheck) -> Provenance:
     """A node folder's file is what its name says it is (`dmesg`, `syslog`, `journal`, a root
-    daemon's own log or a probe's output, ...; else what its content is) when the operator vouches for it (owns it)
-    and its name is no job output's; everything else is a user's.  The name first: a user's lines
-    in a copied syslog may make its content look like another kind's."""
+    daemon's own log or a probe's output, ...; else what its content is) when the operator vouches
+    for it (owns it) and its name is no job output's; everything else is a user's.  The name
+    first: a user's lines in a copied syslog may make its content look like another kind's."""
     name = rel.rsplit("/", 1)[-1]
     if node is None or JOB_OUTPUT_NAMES.match(name) or not owner.vouches(Path(rel)):
         return Provenance.USER
