@@ -151,6 +151,25 @@ def test_a_report_on_the_jobs_nodes_is_not_the_node_that_stored_it(tmp_path):
     assert (diagnosis.domain, diagnosis.category, diagnosis.culprit_nodes, diagnosis.drain) == ("host", "node_failure", [], [])
 
 
+RAY_NODE_DEAD = ("2026-12-02 13:04:06,096\tWARNING worker.py:1866 -- The node with node id: 5ad7fa5dd64fc1fec7a82cceecabed8e5eb2"
+                 "47ec97064bb50a1c2a11 and address: 10.20.4.17 and node name: 10.20.4.17 has been marked dead because the "
+                 "detector has missed too many heartbeats from it. This can happen when a \t(1) raylet crashes unexpectedly "
+                 "(OOM, preempted node, etc.) \n"
+                 "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n")
+
+
+@pytest.mark.parametrize("hosts, culprits", [("10.20.4.11 gpu01\n10.20.4.17 gpu02\n", ["gpu02"]), ("", [])])
+def test_a_ray_node_named_by_its_address_is_not_the_head_node(tmp_path, hosts, culprits):
+    """The driver on the head node (gpu01, whose folder holds the job's output) prints that the GCS
+    marked the node at 10.20.4.17 dead: that node is the culprit when an IP map names it, else no
+    node is; never the head node that printed the line (event.reports_on `named_node`, by `ip`)."""
+    files = {"gpu01/slurm-77.out": RAY_NODE_DEAD, "gpu02/dmesg.txt": "[    1.000000] Linux version 6.1.0\n"}
+    if hosts:
+        files["gpu01/hosts.txt"] = hosts
+    diagnosis = analyze_path(write_job(tmp_path, files, nodes=["gpu01", "gpu02"]))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.culprit_nodes) == ("host", "node_failure", culprits)
+
+
 def test_every_gpu_vendor_has_its_diagnostics():
     from slurm_attrib.engine.explain import VENDOR_GPU_ACTIONS
     from slurm_attrib.vocab import GPU_VENDORS

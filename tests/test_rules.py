@@ -251,7 +251,7 @@ def test_site_rule_loads(tmp_path):
         (("fields: {code: int}", "fields: {code: int, missing: int}"), "not named groups"),
         (("role: cause}", "role: culprit}"), "role"),
         (("sources: [app]", "sources: [app, email]"), "unknown source kind"),
-        (("role: cause}", "role: cause, reports_on: named_node}"), "needs a group named node or host"),
+        (("role: cause}", "role: cause, reports_on: named_node}"), "needs a group named node, host or ip"),
     ],
 )
 def test_broken_rule_names_file_rule_and_problem(tmp_path, change, problem):

@@ -661,8 +661,8 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
     known = set(job.nodes) | {e.node for e in events if e.node}
     # Job output is stored on one node (the batch host) but its lines come from every node:
     # what a line says about its origin wins; the file's node is only the fallback, never for a
-    # report on some node of the job (rule event.reports_on `job`).
-    stored_on = {id(e): e.node for e in events if e.kind == "app" and e.reports_on != "job"}
+    # report on another node or on some node of the job (rule event.reports_on).
+    stored_on = {id(e): e.node for e in events if e.kind == "app" and e.reports_on is None}
     _inherit_block_hosts(events)
     job_nodes = frozenset(job.nodes)
     matched: dict[str, str] = {}
@@ -704,6 +704,8 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
         if event.type == "nccl_ip" and ip and event.node:
             ip_to_node.setdefault(ip, event.node)
     for event in events:
+        if event.node is None and event.reports_on == "named_node" and event.fields.get("ip") in ip_to_node:
+            event.node = _of_the_job(ip_to_node[event.fields["ip"]], job_nodes, event)  # Ray's dead node by its address
         peer = _peer_of(event, ip_to_node, rank_to_node, known)
         if peer and peer != event.node:
             event.notes["peer_node"] = peer

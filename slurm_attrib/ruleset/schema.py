@@ -186,8 +186,8 @@ class RuleModel(StrictModel):
         placed_by = sorted({"host", "node"} & groups - set(self.event.cascade or ["host", "node"]))
         if placed_by:
             raise ValueError(f"event.cascade must name {placed_by}: the ranks of one event are placed by its host")
-        if self.event.reports_on == "named_node" and not {"host", "node"} & groups:
-            raise ValueError("event.reports_on needs a group named node or host: the node the line reports on")
+        if self.event.reports_on == "named_node" and not {"host", "node", "ip"} & groups:
+            raise ValueError("event.reports_on needs a group named node, host or ip: the node the line reports on")
         return self
 
     def to_rule(self) -> Rule:
