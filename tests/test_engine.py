@@ -170,6 +170,17 @@ def test_a_ray_node_named_by_its_address_is_not_the_head_node(tmp_path, hosts, c
     assert (diagnosis.domain, diagnosis.category, diagnosis.culprit_nodes) == ("host", "node_failure", culprits)
 
 
+def test_a_workflow_tasks_node_failure_is_not_the_head_jobs_node(tmp_path):
+    """Snakemake's head job on login01 relays that a rule's own Slurm job ended NODE_FAIL: the node
+    Slurm lost ran that other job, never login01, whose folder holds the head job's output."""
+    output = ("Error in rule train:\n"
+              "    message: SLURM-job '52005' failed due to a node failure, SLURM status is: 'NODE_FAIL'. "
+              "Failed nodes will be excluded from future job submissions.\n"
+              "Exiting because a job execution failed. Look above for error message\n")
+    diagnosis = analyze_path(write_job(tmp_path, {"login01/slurm-77.out": output}, nodes=["login01"]))
+    assert (diagnosis.domain, diagnosis.category, diagnosis.culprit_nodes, diagnosis.drain) == ("host", "node_failure", [], [])
+
+
 def test_every_gpu_vendor_has_its_diagnostics():
     from slurm_attrib.engine.explain import VENDOR_GPU_ACTIONS
     from slurm_attrib.vocab import GPU_VENDORS

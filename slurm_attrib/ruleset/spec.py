@@ -44,7 +44,8 @@ One rule turns one log line (or a short block starting at that line) into an eve
       reports_on: named_node          # a controller's report on a node: the event is the node's its
                                       # `node` or `host` field names (else its `ip`, through the job's
                                       # IP maps), never the log's host's; `job`: a report on some
-                                      # node of the job, not the log's host
+                                      # node of the job, or on a job it launched (a workflow's
+                                      # task), never the log's host
       vendor: amd                     # domain gpu only: the accelerator's maker when not NVIDIA
                                       # (amd, intel, habana, aws_neuron): which diagnostics the
                                       # admin is told to run
