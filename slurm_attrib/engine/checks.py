@@ -498,6 +498,11 @@ def job_failed(context: JudgeContext) -> bool:
     return bool(context.job.state) and not job_completed(context)
 
 
+def no_job_state(context: JudgeContext) -> bool:
+    """The bundle holds no record of how Slurm ended the job (no job.json state, no sacct row)."""
+    return not context.job.state
+
+
 def job_ran_to_its_end(context: JudgeContext) -> bool:
     """A positive end: Slurm recorded the job COMPLETED, or, with no state recorded, the program
     said it finished (progress done, its own exit line)."""
@@ -545,6 +550,7 @@ def no_cause_but_the_scheduler(context: JudgeContext) -> bool:
 JOB_CHECKS: dict[str, Callable[[JudgeContext], bool]] = {"job_not_completed": job_not_completed,
                                                          "job_completed": job_completed,
                                                          "job_failed": job_failed,
+                                                         "no_job_state": no_job_state,
                                                          "job_ran_to_its_end": job_ran_to_its_end,
                                                          "no_cause_but_the_scheduler": no_cause_but_the_scheduler,
                                                          "no_collective_timeout": no_collective_timeout,
