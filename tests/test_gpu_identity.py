@@ -71,3 +71,18 @@ def test_a_gpu_no_line_identifies_has_no_identity(tmp_path):
         log.write_text("".join(line for line in log.read_text().splitlines(True) if "NVRM: GPU at PCI" not in line))
     [gpu] = [g for g in analyze_path(job).gpus if g.xid == 79]
     assert gpu.uuid is None and gpu.serial is None
+
+
+def test_a_large_kernel_log_still_names_the_uuid(tmp_path):
+    """A node's kernel log above the held size (ingest.layout.HOLD_BYTES) is read again when
+    analysed: the driver's line of the GPU that fell off the bus is read from it all the same."""
+    job = tmp_path / "job"
+    shutil.copytree(DEMO, job)
+    (job / "dgx004" / "journal.txt").write_text(
+        "".join(line for line in (job / "dgx004" / "journal.txt").read_text().splitlines(True) if "NVRM: GPU at PCI" not in line))
+    dmesg = job / "dgx004" / "dmesg.txt"
+    filler = "".join(f"[    0.{i:06d}] ACPI: PCI Interrupt Link [LNK{i % 10}] (IRQs 5 10 11) *0, disabled.\n" for i in range(4000))
+    dmesg.write_text(filler + dmesg.read_text())
+    assert dmesg.stat().st_size > 256 * 1024
+    [gpu] = [g for g in analyze_path(job).gpus if g.xid == 79]
+    assert gpu.uuid == UUID

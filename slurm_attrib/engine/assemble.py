@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from slurm_attrib.engine.events import Event, ranks_of
 from slurm_attrib.engine.timefmt import iso
-from slurm_attrib.ingest.types import JobContext
+from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.model import Cause, EvidenceLine, Gpu, Link, Outcome, SymptomGroup, TimelineEntry
 from slurm_attrib.vocab import DOMAIN_OF_CATEGORY, OTHER_READING
 
@@ -89,16 +89,18 @@ def _gpu(event: Event) -> Gpu:
     return Gpu(node=event.node, pci_bus_id=event.fields["pci"], xid=event.fields.get("xid"))
 
 
-def gpus(events: list[Event], verdict: Verdict, identities: dict | None = None) -> list[Gpu]:
-    """The GPUs that reported a fault, each with its UUID and serial when nvidia-smi output names them."""
-    from slurm_attrib.ingest.gpuids import pci_key
+def gpus(events: list[Event], verdict: Verdict, evidence: Evidence | None = None) -> list[Gpu]:
+    """The GPUs that reported a fault, each with its UUID and serial when the driver's lines or
+    nvidia-smi output of its node name them."""
+    from slurm_attrib.ingest.gpuids import gpu_identities, pci_key
 
+    faults = [e for e in events if e.type in ("gpu_xid", "gpu_lost") and e.role == "cause" and e.fields.get("pci")]
+    identities = gpu_identities(evidence, {e.node for e in faults if e.node}) if evidence is not None and faults else {}
     found: dict[tuple, Gpu] = {}
-    faults = (e for e in events if e.type in ("gpu_xid", "gpu_lost") and e.role == "cause" and e.fields.get("pci"))
     for event in sorted(faults, key=lambda e: e.sort_key):
         key = (event.node or "", event.fields["pci"])
         if key not in found:
-            identity = (identities or {}).get((event.node or "", pci_key(event.fields["pci"])), {})
+            identity = identities.get((event.node or "", pci_key(event.fields["pci"])), {})
             found[key] = _gpu(event).model_copy(update=identity)
     return [found[k] for k in sorted(found)]
 

@@ -12,7 +12,6 @@ from slurm_attrib.engine.explain import actions_for, summary_for
 from slurm_attrib.engine.policy import culprits_of, drains_of, outcome_of, quality_row, systemic_of
 from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.engine.verdict import Verdict
-from slurm_attrib.ingest.gpuids import gpu_identities
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.model import CoverageItem, Diagnosis
 from slurm_attrib.provenance import Provenance
@@ -45,7 +44,7 @@ def judge(evidence: Evidence, events: list[Event], rules_fired: list[str], last_
         cause=assemble.cause_of(verdict.primary, verdict) if verdict.primary else assemble.cause_of_hang(verdict),
         alternatives=[assemble.cause_of(e, verdict) for e in assemble.alternatives(events, verdict)],
         systemic=verdict.systemic,
-        gpus=assemble.gpus(events, verdict, gpu_identities(evidence)),
+        gpus=assemble.gpus(events, verdict, evidence),
         links=assemble.links(events),
         symptoms=symptoms,
         timeline=assemble.timeline(events, verdict),

@@ -5,16 +5,19 @@ Recognised: `nvidia-smi --query-gpu=pci.bus_id,uuid,serial --format=csv[,noheade
 (`00000000:3B:00.0, GPU-8f6d..., 1321021034567`, the epilog's `gpu_identity` source) and `nvidia-smi
 -q` blocks (`GPU 00000000:3B:00.0` followed by `Serial Number : ...` and `GPU UUID : GPU-...`), and
 the driver's own kernel line before an Xid, `NVRM: GPU at PCI:0000:3b:00: GPU-<uuid>`.
-Read from small files of one node: nvidia-smi output (kind `nvidia_smi`), or command output that the
-kind detector took for application text (a headerless CSV has no nvidia-smi marker); the patterns
-are strict, and an identity only labels a GPU that a rule already named.
+Read from the files of the nodes whose GPUs a rule named: nvidia-smi output (kind `nvidia_smi`), or
+command output that the kind detector took for application text (a headerless CSV has no
+nvidia-smi marker), and the kernel's lines; the patterns are strict, and an identity only labels a
+GPU that a rule already named.
 """
 
 from __future__ import annotations
 
 import re
 
-from slurm_attrib.ingest.types import Evidence
+from collections.abc import Collection
+
+from slurm_attrib.ingest.types import Evidence, SourceFile
 
 MAX_BYTES = 1024 * 1024
 _PCI = r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?"
@@ -45,19 +48,31 @@ def identity_csv(rows) -> bytes:
     return ("\n".join(dict.fromkeys(lines)) + "\n").encode("utf-8", "replace") if lines else b""
 
 
-def gpu_identities(evidence: Evidence) -> dict[tuple[str, str], dict[str, str]]:
-    """(node, pci_key) -> {"uuid": ..., "serial": ...} (keys present when known)."""
+def gpu_identities(evidence: Evidence, nodes: Collection[str] | None = None) -> dict[tuple[str, str], dict[str, str]]:
+    """(node, pci_key) -> {"uuid": ..., "serial": ...} (keys present when known), from the files
+    of `nodes` (every node's when None).  The kernel's and the journal's lines are read whatever
+    their size, held or not (a node's dmesg above the held size keeps the driver's line of the GPU
+    that failed); nvidia-smi and command output up to MAX_BYTES."""
     found: dict[tuple[str, str], dict[str, str]] = {}
     for source in evidence.files:
-        if source.kind not in ("nvidia_smi", "app", "kernel", "syslog") or not source.node or source.streamed or len(source.data) > MAX_BYTES:
+        if source.kind not in ("nvidia_smi", "app", "kernel", "syslog") or not source.node:
             continue
-        text = source.data.decode("utf-8", errors="replace")
-        found_here = [(m["pci"], {"uuid": m["uuid"]}) for m in _KERNEL.finditer(text)] if "NVRM: GPU at PCI:" in text else []
-        if source.kind in ("nvidia_smi", "app"):
-            found_here += [*_from_csv(text), *_from_query(text)]
-        for pci, identity in found_here:
+        if nodes is not None and source.node not in nodes:
+            continue
+        for pci, identity in _identities_in(source):
             found.setdefault((source.node, pci_key(pci)), {}).update(identity)
     return found
+
+
+def _identities_in(source: SourceFile) -> list[tuple[str, dict]]:
+    if source.kind in ("kernel", "syslog"):
+        return [(m["pci"], {"uuid": m["uuid"]}) for block in source.blocks() if b"NVRM: GPU at PCI:" in block
+                for m in _KERNEL.finditer(block.decode("utf-8", errors="replace"))]
+    if source.content_size() > MAX_BYTES:
+        return []
+    text = source.data.decode("utf-8", errors="replace")
+    found = [(m["pci"], {"uuid": m["uuid"]}) for m in _KERNEL.finditer(text)] if "NVRM: GPU at PCI:" in text else []
+    return found + [*_from_csv(text), *_from_query(text)]
 
 
 def _from_csv(text: str) -> list[tuple[str, dict]]:
