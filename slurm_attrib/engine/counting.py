@@ -57,10 +57,10 @@ COUNT_FROM_BYTES = 32 * 1024 * 1024  # kernel and syslog bytes of a job from whi
 # there Arrow's passes cost 6 % more than they spared (g_32768_rank_cascade, 18 % spared).
 SPARED_SHARE = 0.3
 # Small files whose planned lines average fewer than this are read in Python, and stop the counting
-# before Arrow is loaded: their events hold a few lines each (g: 4,096 nodes, 27 lines a file; a:
-# 145 and h: 89 lines a file, where Arrow's libraries and batches cost 70-80 MB for no CPU spared,
-# while d's 680 a file save a quarter of its CPU: benchmarks/README.md, the eighteenth session).
-PER_FILE_LINES = 256
+# before Arrow is loaded: their events hold a few lines each (g: 4,096 nodes, 27 lines a file; h:
+# 89, where Arrow spares 3 % of the CPU for 68 MB; a: 145, where it spares 10 % for 75 MB, and d:
+# 680, a quarter: benchmarks/README.md, the eighteenth session).
+PER_FILE_LINES = 128
 
 # How a counted line starts, read once per line: a dmesg stamp (at most 10^9 s: a sane uptime,
 # read exactly); a syslog header with an ISO stamp (journalctl -o short-iso[-precise], rsyslog's
