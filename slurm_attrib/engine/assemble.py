@@ -95,7 +95,7 @@ def gpus(events: list[Event], verdict: Verdict, evidence: Evidence | None = None
     from slurm_attrib.ingest.gpuids import gpu_identities, pci_key
 
     faults = [e for e in events if e.type in ("gpu_xid", "gpu_lost") and e.role == "cause" and e.fields.get("pci")]
-    identities = gpu_identities(evidence, {e.node for e in faults if e.node}) if evidence is not None and faults else {}
+    identities = gpu_identities(evidence, {e.node for e in faults}) if evidence is not None and faults else {}
     found: dict[tuple, Gpu] = {}
     for event in sorted(faults, key=lambda e: e.sort_key):
         key = (event.node or "", event.fields["pci"])

@@ -14,7 +14,6 @@ GPU that a rule already named.
 from __future__ import annotations
 
 import re
-
 from collections.abc import Collection
 
 from slurm_attrib.ingest.types import Evidence, SourceFile
@@ -48,31 +47,31 @@ def identity_csv(rows) -> bytes:
     return ("\n".join(dict.fromkeys(lines)) + "\n").encode("utf-8", "replace") if lines else b""
 
 
-def gpu_identities(evidence: Evidence, nodes: Collection[str] | None = None) -> dict[tuple[str, str], dict[str, str]]:
+def gpu_identities(evidence: Evidence, nodes: Collection[str]) -> dict[tuple[str, str], dict[str, str]]:
     """(node, pci_key) -> {"uuid": ..., "serial": ...} (keys present when known), from the files
-    of `nodes` (every node's when None).  The kernel's and the journal's lines are read whatever
-    their size, held or not (a node's dmesg above the held size keeps the driver's line of the GPU
-    that failed); nvidia-smi and command output up to MAX_BYTES."""
+    of `nodes`.  The kernel's and the journal's lines are read whatever their size, held or not (a
+    node's dmesg above the held size keeps the driver's line of the GPU that failed); nvidia-smi
+    and command output up to MAX_BYTES."""
     found: dict[tuple[str, str], dict[str, str]] = {}
     for source in evidence.files:
-        if source.kind not in ("nvidia_smi", "app", "kernel", "syslog") or not source.node:
-            continue
-        if nodes is not None and source.node not in nodes:
-            continue
-        for pci, identity in _identities_in(source):
-            found.setdefault((source.node, pci_key(pci)), {}).update(identity)
+        if source.kind in ("nvidia_smi", "app", "kernel", "syslog") and source.node in nodes:
+            for pci, identity in _identities_in(source):
+                found.setdefault((source.node, pci_key(pci)), {}).update(identity)
     return found
 
 
 def _identities_in(source: SourceFile) -> list[tuple[str, dict]]:
     if source.kind in ("kernel", "syslog"):
-        return [(m["pci"], {"uuid": m["uuid"]}) for block in source.blocks() if b"NVRM: GPU at PCI:" in block
-                for m in _KERNEL.finditer(block.decode("utf-8", errors="replace"))]
+        return [found for block in source.blocks() if b"NVRM: GPU at PCI:" in block
+                for found in _from_kernel(block.decode("utf-8", errors="replace"))]
     if source.content_size() > MAX_BYTES:
         return []
     text = source.data.decode("utf-8", errors="replace")
-    found = [(m["pci"], {"uuid": m["uuid"]}) for m in _KERNEL.finditer(text)] if "NVRM: GPU at PCI:" in text else []
-    return found + [*_from_csv(text), *_from_query(text)]
+    return [*_from_kernel(text), *_from_csv(text), *_from_query(text)]
+
+
+def _from_kernel(text: str) -> list[tuple[str, dict]]:
+    return [(m["pci"], {"uuid": m["uuid"]}) for m in _KERNEL.finditer(text)] if "NVRM: GPU at PCI:" in text else []
 
 
 def _from_csv(text: str) -> list[tuple[str, dict]]:
