@@ -142,6 +142,10 @@ def _one(text: str, rule_id: str, kind: str = "kernel"):
      "fabric_other"),
     ("check_xid_errors: GPU 0 reported Xid 94", "gpu_hardware_other"),
     ("check_hw_ib:  No IB port mlx5_0:1 is ACTIVE (LinkUp 400 Gb/sec).", "link_down"),
+    # the host's DIMMs (`ECC` there is EDAC's, not a GPU's), the kernel's slab, the check's own set-up
+    ("check_hw_edac:  ECC errors detected - 31 corrected memory errors detected (limit of 9).", "host_hardware_other"),
+    ("check_hw_slab_unreclaimable:  Slab unreclaimable is too large (13424716 kB > 5242880 kB).", "kernel_fault"),
+    ("check_all_reduce_dependencies: HPCX_DIR is not set. Ensure HPCX is installed and sourced correctly.", "nccl_usage"),
 ])
 def test_a_failed_health_check_is_read_by_what_it_names(message, category):
     hit = _one(f"ERROR:  nhc:  Health check failed:  {message}", "cmd.nhc_check_failed", "app")

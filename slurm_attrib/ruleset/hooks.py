@@ -386,6 +386,14 @@ def refine_reported_xid(hit: "Hit") -> "Hit":
 
 # NHC check names (check_<area>_...) and message words -> what the failing check tested.
 _HEALTH_CHECK_AREAS = (
+    # a check that could not run its test: its MPI/NCCL dependencies missing (AzNHC's
+    # check_all_reduce_dependencies `HPCX_DIR is not set`): the launch's set-up, not the node
+    (compiled(r"(?i)\bdependenc\w*\b.*\b(?:is not set|not installed|not found)\b|\b(?:hpcx|mpi|nccl)\w*\b.*\bis not set\b"),
+     "application", "nccl_usage"),
+    # the host's own memory (NHC's check_hw_edac, check_hw_physmem), before the GPUs' `ecc`
+    (compiled(r"(?i)\bedac\b|check_hw_edac|\bdimm\b|check_hw_physmem|\bcsrow"), "host", "host_hardware_other"),
+    # unreclaimable slab above the limit (NHC's check_hw_slab_unreclaimable): the kernel leaking memory
+    (compiled(r"(?i)\bslab\b|slab_unreclaimable"), "host", "kernel_fault"),
     # what AzNHC's GPU checks name (csc_nvidia_smi, azure_gpu_nvlink, azure_gpu_ecc), before the
     # GPU area at large: a GPU gone from the bus, inactive NVLinks, row remaps
     (compiled(r"(?i)fallen off the bus|gpu is lost"), "gpu", "gpu_fell_off_bus"),
