@@ -338,3 +338,12 @@ def test_the_common_indent_is_read_only_when_every_line_may_have_one():
         assert kinds._dedented(lines) == full(lines), lines
     assert kinds._dedented([b"    a", b"  b", b""]) == [b"  a", b"b", b""]
     assert kinds._dedented([b"    a", b"b"]) == [b"    a", b"b"]
+
+
+def test_nvidia_smi_key_values_without_its_header_are_its_output_in_a_file_named_for_it():
+    """An excerpt of `nvidia-smi -q` (key : value rows, no header) in a file named for nvidia-smi is
+    its output; the same rows under any other name are not (they look like any tool's report)."""
+    excerpt = (b"    Remapped Rows\n        Correctable Error                 : 0\n"
+               b"        Uncorrectable Error               : 4\n        Pending                           : Yes\n")
+    assert detect_kind(excerpt, "node01/nvidia-smi.txt") == "nvidia_smi"
+    assert detect_kind(excerpt, "node01/report.txt") == "app"

@@ -253,13 +253,15 @@ def detect_kind(data: bytes, name: str) -> str:
     sysfs_strong = counts["sysfs_strong"]
     sysfs_numeric = counts["sysfs_num"] + sysfs_strong
     sysfs = counts["sysfs"] + counts["sysfs_num"] + sysfs_strong
-    if smi_strong:
+    hint = hints[-1] if hints else by_name
+    # -q key/value rows are nvidia-smi's beside a marker of its own, or in a file named for it
+    # (an excerpt of `nvidia-smi -q` without its header)
+    if smi_strong or hint == "nvidia_smi":
         smi = smi_strong + counts["smi_weak"]
     else:
         smi = 0
         app += counts["smi_weak"]
 
-    hint = hints[-1] if hints else by_name
     total = kernel + syslog + smi + sysfs + app
     if total == 0:
         return hint or "app"
@@ -275,7 +277,7 @@ def detect_kind(data: bytes, name: str) -> str:
         if daemons >= DAEMONS_SYSLOG:
             return "syslog"
         return "kernel" if hint == "kernel" else "syslog"
-    if smi_strong and (share(smi) >= 0.5 or (share(smi) >= 0.3 and hint == "nvidia_smi")):
+    if smi and (share(smi) >= 0.5 or (share(smi) >= 0.3 and hint == "nvidia_smi")):
         return "nvidia_smi"
     if sysfs and share(sysfs) >= 0.8 and (sysfs_strong or sysfs_numeric * 2 >= sysfs or hint == "sysfs"):
         return "sysfs"
