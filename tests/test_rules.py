@@ -706,3 +706,15 @@ def test_a_value_built_by_code_loaded_before_an_upgrade_is_never_read_after_it(t
     loaded_after = code_digest([code])  # a process started after the upgrade
     assert cached("policy-t", [source], lambda: "newer shape", lambda value: True, code=loaded_after) == "newer shape"
     assert cached("policy-t", [source], lambda: "built again", lambda value: True, code=loaded_after) == "newer shape"
+
+
+@pytest.mark.parametrize("section, category", [
+    ("PCIe error", "pcie_error"), ("memory error", "host_hardware_other"), (None, "host_hardware_other"),
+])
+def test_a_ghes_record_is_read_by_its_section(section, category):
+    """An APEI/GHES fatal record's first `section_type:` (cper_section table) decides the category."""
+    record = "{1}[Hardware Error]: event severity: fatal\n{1}[Hardware Error]:  Error 0, type: fatal\n"
+    if section:
+        record += f"{{1}}[Hardware Error]:   section_type: {section}\n"
+    hit = _one(record, "host.ghes_uncorrected")
+    assert (hit.domain, hit.category, hit.role) == ("host", category, "cause")
