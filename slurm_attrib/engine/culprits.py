@@ -98,7 +98,7 @@ def the_blamed_peer(found: CulpritContext) -> list[str]:
     return blamed_peer(found.events, found.job.nodes)
 
 
-def blamed_peer(events: list[Event], job_nodes: tuple[str, ...] = ()) -> list[str]:
+def blamed_peer(events: list[Event], job_nodes: tuple[str, ...]) -> list[str]:
     """The far end of failing connections, when at least two other nodes name the same one
     (peers resolved by `events.resolve_nodes` through the IP and rank maps present): a node of
     the job, or of the events; one that died without a line of its own is blamed all the same."""

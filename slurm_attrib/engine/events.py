@@ -705,7 +705,7 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             ip_to_node.setdefault(ip, event.node)
     for event in events:
         if event.node is None and event.reports_on == "named_node" and event.fields.get("ip") in ip_to_node:
-            event.node = _of_the_job(ip_to_node[event.fields["ip"]], job_nodes, event)  # Ray's dead node by its address
+            event.node = _of_the_job(ip_to_node[event.fields["ip"]], job_nodes, event)  # a report naming its node by address
         peer = _peer_of(event, ip_to_node, rank_to_node, known)
         if peer and peer != event.node:
             event.notes["peer_node"] = peer
