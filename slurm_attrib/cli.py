@@ -34,10 +34,33 @@ class Group(click.Group):
         except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as error:  # a bug: still one line, the traceback on request
+            if isinstance(error, BrokenPipeError) and _stdout_reader_gone():
+                _end_for_a_gone_reader()
             if os.environ.get("SATTRIB_DEBUG"):
                 raise
             click.echo(f"sattrib: internal error: {type(error).__name__}: {error} (SATTRIB_DEBUG=1 shows the traceback)", err=True)
             sys.exit(1)
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (`sattrib rules list | head`), as
+    opposed to another pipe or socket that broke (a webhook's, a connector's: those are errors)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no poll, or stdout closed or replaced
+        return False
+
+
+def _end_for_a_gone_reader():
+    """No error to report when the reader stopped reading.  Python would flush stdout again at exit
+    and fail the same way: stdout goes to /dev/null, and the exit status is a shell's for a tool
+    that SIGPIPE ended."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(128 + 13)
 
 
 @click.group(cls=Group)

@@ -161,6 +161,18 @@ def test_rules_test_and_list():
     assert tested.stdout.strip().endswith("tests: 0 failed") and " relations, " in tested.stdout
 
 
+def test_a_reader_that_stops_reading_is_no_error():
+    """`sattrib rules list | head -1`: the reader closes the pipe while sattrib still writes (its
+    list is larger than a pipe's buffer): sattrib ends as a tool SIGPIPE ended, with nothing on
+    stderr (it said `internal error: BrokenPipeError`)."""
+    listing = subprocess.Popen([*sattrib_argv(), "rules", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert listing.stdout.readline()
+    listing.stdout.close()
+    _, stderr = listing.communicate(timeout=120)
+    assert listing.returncode == 141
+    assert stderr == b""
+
+
 SITE_RULE = r"""id: site.acme_allocation_spent
 title: The site launcher stopped the job (its project's allocation is spent)
 description: ACME's launcher stops a job whose project has spent its GPU hours.
