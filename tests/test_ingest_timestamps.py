@@ -85,6 +85,10 @@ T = utc(2024, 12, 2, 13, 4, 6)
         (" 3: [rank3]:[W1202 13:04:06.000000000 ProcessGroupNCCL.cpp:1] x", 2024, T, None),
         ("12: [2024-12-02 13:04:06] gpu01:1:2 [0] NCCL WARN x", None, T, None),
         ("[default0]:[rank0]:[E1202 13:04:06.000000000 ProcessGroupNCCL.cpp:1] x", 2024, T, None),
+        # IBM Storage Scale (GPFS) mmfs.log: the year after the time with a colon, or ISO with `_`
+        ("Mon Jun 25 22:23:36.298 2018: Close connection to 192.168.10.109 c5n109", None,
+         calendar.timegm((2018, 6, 25, 22, 23, 36)) + 0.298, None),
+        ("2024-12-02_14:04:06.000+0100: [E] Lost membership in cluster c1.", None, T, None),
         # dmesg -x facility prefix
         ("kern  :err   : [  123.456] NVRM: Xid", None, None, 123.456),
     ],

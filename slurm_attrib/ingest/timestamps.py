@@ -63,17 +63,21 @@ _PREFIX = re.compile(
 )
 
 # ISO 8601 / RFC 3339 / RFC 5424 / journalctl short-iso(-precise) / dmesg --time-format iso /
-# Python logging (`2024-12-02 13:04:06,123`) / slurmd `[2024-12-02T13:04:06.123]`.
+# Python logging (`2024-12-02 13:04:06,123`) / slurmd `[2024-12-02T13:04:06.123]` / IBM Storage
+# Scale's mmfs.log (`2024-12-02_13:04:06.123+0100: [E] ...`: a colon may end the stamp, zone and all).
 _ISO = re.compile(
-    r"(?P<y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d)[T ]" + _HMS + _FRAC + r" ?" + _ZONE + r"(?![\d:])"
+    r"(?P<y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d)[T _]" + _HMS + _FRAC + r" ?" + _ZONE + r"(?!\d|:\d)"
 )
 # RFC 3164 and journalctl short / short-precise: `Dec  2 13:04:06`, `Dec 02 13:04:06.123456`.
 _BSD = re.compile(_MON + r" +(?P<d>\d{1,2}) " + _HMS + _FRAC + r"(?: (?P<y>\d{4})(?= ))?(?![\d:])")
 # Month, day and year before the time, in brackets: NVIDIA Fabric Manager's log
 # (`[Jul 23 2024 07:53:55] [ERROR] [tid 841] ...`).
 _MDY = re.compile(_MON + r" +(?P<d>\d{1,2}) (?P<y>\d{4}) " + _HMS + _FRAC + r"\]")
-# ctime style: `Tue Apr  9 01:21:38 2024` (dmesg -T, inside brackets) or without a year.
-_CTIME = re.compile(_DOW + r" " + _MON + r" +(?P<d>\d{1,2}) " + _HMS + _FRAC + r"(?: (?P<y>\d{4}))?(?![\d:])")
+# ctime style: `Tue Apr  9 01:21:38 2024` (dmesg -T, inside brackets) or without a year; older
+# GPFS logs put a colon after the year (`Mon Jun 25 22:23:36.298 2018: Close connection ...`).
+_CTIME = re.compile(
+    _DOW + r" " + _MON + r" +(?P<d>\d{1,2}) " + _HMS + _FRAC + r"(?: (?P<y>\d{4})(?!\d|:\d)|(?![\d:]))"
+)
 # journalctl short-full: `Mon 2024-12-02 13:04:06 UTC`.
 _FULL = re.compile(
     _DOW + r" (?P<y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d) " + _HMS + _FRAC + r"(?: (?P<abbr>[A-Z]{1,5}))?(?![\d:])"
