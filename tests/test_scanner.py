@@ -190,10 +190,21 @@ def test_a_relaying_tools_prefix_is_read_past_only_when_the_rule_does_not_match_
     assert relay_prefix_end(b"[10:00:00] worker-1: 0: x") == 24
     assert relay_prefix_end(b"HDF5-DIAG: x") == 11  # a word like a host: only a second chance
     assert relay_prefix_end(b"redis: x") == relay_prefix_end(b"x") == 0  # a program's name
+    assert relay_prefix_end(b"E       AttributeError: x") == 8  # pytest's report of a failure
+    assert relay_prefix_end(b"E1202 13:04:06.123 x") == relay_prefix_end(b"E x") == 0  # glog; a word
     scanner = Scanner(RULES, engine="re")
     line = b"node1: # Out of bounds values : 0 OK"
     [hit] = [h for h in scanner.scan(line, "app") if h.rule.id == "marker.nccl_tests_ok"]
     assert hit.text == line.decode()
+
+
+def test_pytests_failure_report_is_read_past_to_the_exception():
+    scanner = Scanner(RULES, engine="re")
+    line = b"E       AttributeError: '_OpNamespace' object has no attribute 'permute_2D_sparse_data'"
+    [hit] = [h for h in scanner.scan(line, "app") if h.rule.id == "py.exception"]
+    assert hit.fields["exc"] == "AttributeError"
+    raised = b'E           raise AttributeError(f"\'_OpNamespace\' object has no attribute \'{op_name}\'") from e'
+    assert "py.exception" not in {h.rule.id for h in scanner.scan(raised, "app")}
 
 
 def test_an_anchored_unless_reads_past_launcher_prefixes_too():

@@ -92,11 +92,12 @@ def launcher_prefix_end(line: bytes) -> int:
 # What may stand before the launchers' prefixes when a line was relayed: the time a logging handler
 # or `ts` put first (`2024-05-01 10:00:00,123 `, `[10:00:00] `), then the host pdsh, clush or
 # DeepSpeed's multi-node runner names (`worker-1: `, `gr064: `: a name with a digit, unlike the
-# programs that name themselves so, `redis: `, `srun: `) or a post's quote marker (`> `).  Unlike
+# programs that name themselves so, `redis: `, `srun: `), a post's quote marker (`> `) or pytest's
+# mark before the lines of a failure it reports (`E       AttributeError: ...`).  Unlike
 # the launchers' prefixes they may be a program's own words (`HDF5-DIAG: `, a daemon's stamp), so
 # a rule reads past them only when it does not match before (scanner._read).
 _RELAYED_AT = rb"\[?(?:\d{4}[-/]\d\d[-/]\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?:? "
-_RELAYED_BY = rb"[A-Za-z](?=[\w.-]{0,62}?\d)[\w.-]{0,62}: |> ?"
+_RELAYED_BY = rb"[A-Za-z](?=[\w.-]{0,62}?\d)[\w.-]{0,62}: |> ?|E {3,8}"
 _RELAY_PREFIX = re.compile(rb"(?:" + _RELAYED_AT + rb"(?:" + _RELAYED_BY + rb")?|" + _RELAYED_BY + rb")")
 
 
