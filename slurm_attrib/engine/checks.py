@@ -386,17 +386,32 @@ EXPLAINS_CHECKS: dict[str, Callable[..., list[tuple[Event, Event]]]] = {"same_bu
 
 # -- aggregate -------------------------------------------------------------------------------------
 
-def values_differ(members: list[Event], context: JudgeContext, field: str) -> tuple[list[Event], dict] | None:
+def values_differ(members: list[Event], context: JudgeContext, field: str,
+                  odd_one_out: bool = False) -> tuple[list[Event], dict] | None:
     """The group's events carry at least two values of `field` (compared case-blind): `each` names
-    the ranks of each value ('ALLREDUCE on rank(s) 0, 1; BROADCAST on rank(s) 5')."""
+    the ranks (else the nodes) of each value ('ALLREDUCE on rank(s) 0, 1; BROADCAST on rank(s) 5').
+    With `odd_one_out`, a value fewer events carry than every other comes first: its first event
+    is the one promoted (one node running another library version than the rest)."""
     by_value: dict[str, list[Event]] = defaultdict(list)
     for event in members:
         by_value[str(event.fields[field]).upper()].append(event)
     if len(by_value) < 2:
         return None
-    each = "; ".join(f"{value} on rank(s) {', '.join(str(rank) for e in group for rank in ranks_of(e)) or '?'}"
-                     for value, group in sorted(by_value.items()))
+    each = "; ".join(f"{value} on {_where(group)}" for value, group in sorted(by_value.items()))
+    if odd_one_out:
+        sizes = sorted(len(group) for group in by_value.values())
+        if sizes[0] < sizes[1]:
+            rarest = next(group for group in by_value.values() if len(group) == sizes[0])
+            return rarest + [e for e in members if e not in rarest], {"each": each}
     return members, {"each": each}
+
+
+def _where(group: list[Event]) -> str:
+    ranks = [str(rank) for e in group for rank in ranks_of(e)]
+    if ranks:
+        return f"rank(s) {', '.join(ranks)}"
+    nodes = sorted({e.node for e in group if e.node})
+    return f"node(s) {', '.join(nodes)}" if nodes else "?"
 
 
 def _joined(members: list[Event], size: str) -> tuple[list[Event], int, Counter] | None:
