@@ -69,10 +69,36 @@ def _lines_of(context: JudgeContext, types: list[str], pick: Callable[[int, int]
     return context.once(("lines_of", tuple(types), pick), compute)
 
 
-def after_in_same_file(event: Event, context: JudgeContext, types: list[str]) -> str | None:
-    """The event's line comes after the first event of one of `types` in the same file."""
-    first = _lines_of(context, types, min).get(event.order[0])
-    return f"after line {first}" if first is not None and event.order[1] > first else None
+def after_in_same_file(event: Event, context: JudgeContext, types: list[str],
+                       restarts: list[str] | None = None) -> str | None:
+    """The event's line comes after the first event of one of `types` in the same file.  With
+    `restarts`, after the nearest such line before it with no event of the `restarts` types between
+    them: a run that started again after it (a second step's processes joining) is no longer
+    past its end."""
+    if not restarts:
+        first = _lines_of(context, types, min).get(event.order[0])
+        return f"after line {first}" if first is not None and event.order[1] > first else None
+    ends = _all_lines_of(context, types).get(event.order[0], [])
+    line = event.order[1]
+    end = next((at for at in reversed(ends) if at < line), None)
+    if end is None:
+        return None
+    starts = _all_lines_of(context, restarts).get(event.order[0], [])
+    if any(end < at < line for at in starts):
+        return None
+    return f"after line {end}"
+
+
+def _all_lines_of(context: JudgeContext, types: list[str]) -> dict[int, list[int]]:
+    """Per file (index), the lines of the events of these types, in order."""
+    def compute() -> dict[int, list[int]]:
+        found: dict[int, list[int]] = defaultdict(list)
+        for event in context.events:
+            if event.type in types:
+                found[event.order[0]].append(event.order[1])
+        return {index: sorted(lines) for index, lines in found.items()}
+
+    return context.once(("all_lines_of", tuple(types)), compute)
 
 
 def before_in_same_file(event: Event, context: JudgeContext, types: list[str]) -> str | None:
