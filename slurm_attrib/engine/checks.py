@@ -428,7 +428,8 @@ def values_differ(members: list[Event], context: JudgeContext, field: str,
         sizes = sorted(len(group) for group in by_value.values())
         if sizes[0] < sizes[1]:
             rarest = next(group for group in by_value.values() if len(group) == sizes[0])
-            return rarest + [e for e in members if e not in rarest], {"each": each}
+            chosen = {id(e) for e in rarest}  # events compare by value: two alike are not one
+            return rarest + [e for e in members if id(e) not in chosen], {"each": each}
     return members, {"each": each}
 
 
