@@ -71,21 +71,18 @@ def _lines_of(context: JudgeContext, types: list[str], pick: Callable[[int, int]
 
 def after_in_same_file(event: Event, context: JudgeContext, types: list[str],
                        restarts: list[str] | None = None) -> str | None:
-    """The event's line comes after the first event of one of `types` in the same file.  With
-    `restarts`, after the nearest such line before it with no event of the `restarts` types between
-    them: a run that started again after it (a second step's processes joining) is no longer
-    past its end."""
-    if not restarts:
-        first = _lines_of(context, types, min).get(event.order[0])
-        return f"after line {first}" if first is not None and event.order[1] > first else None
+    """The event's line comes after an event of one of `types` in the same file, with no event of
+    the `restarts` types between the nearest such line and it: a run that started again after its
+    end (a second step's processes joining) is no longer past its end."""
     ends = _all_lines_of(context, types).get(event.order[0], [])
     line = event.order[1]
-    end = next((at for at in reversed(ends) if at < line), None)
-    if end is None:
+    before = bisect.bisect_left(ends, line)
+    if not before:
         return None
-    starts = _all_lines_of(context, restarts).get(event.order[0], [])
-    if any(end < at < line for at in starts):
-        return None
+    end = ends[before - 1]
+    starts = _all_lines_of(context, restarts).get(event.order[0], []) if restarts else []
+    if starts and bisect.bisect_right(starts, end) < bisect.bisect_left(starts, line):
+        return None  # a restart lies between the end and the event
     return f"after line {end}"
 
 
