@@ -26,14 +26,14 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import re2
 
 from slurm_attrib.ingest.origin import launcher_prefix_end, message_start, relay_prefix, relay_prefix_end
 from slurm_attrib.ruleset import cache
 from slurm_attrib.ruleset.hooks import HOOKS, decode_fields
-from slurm_attrib.ruleset.spec import Rule, anchored as _anchored, compiled
+from slurm_attrib.ruleset.spec import Rule, anchored as _anchored, compiled, digit_blind
 
 try:  # optional accelerator, same results
     import hyperscan
@@ -71,6 +71,14 @@ ENGINES = ("hyperscan", "ahocorasick", "grep", "re")
 ENGINE_VARIABLE = "SATTRIB_SCAN_ENGINE"
 CASELESS_HEAD_LETTERS = 6  # Aho-Corasick: case variants of at most this many letters per literal
 MAX_LITERAL_SETS = 4096  # distinct (literals on a line, kind) whose rules are kept at hand
+# A line's shape is its text with every ASCII digit read as 0: the lines of one message printed by
+# every rank (`[rank17]:[E1202 15:18:56.428671837 ...] [Rank 17] Watchdog caught ...`) have a few
+# hundred shapes in half a million lines.  Where the digit-blind rules read a line of a shape is
+# kept for the next line of that shape, up to MAX_SHAPES shapes of lines up to MAX_SHAPE_BYTES.
+_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0000000000")
+MAX_SHAPES = 4096
+MAX_SHAPE_BYTES = 2048
+_READ_PER_LINE = object()  # a rule that is not digit-blind: read on every line
 
 
 def available_engines() -> list[str]:
@@ -116,6 +124,7 @@ class Scanner:
             for literal in rule.match.contains:
                 self._rules_by_literal[literal].append(rule)
         self._rules_by_ids: dict[tuple[frozenset[int], str], list[CompiledRule]] = {}
+        self._shapes: dict[tuple[bytes, frozenset[int], str], list] = {}
         self._caseless = {lit for r in per_line if r.match.ignore_case for lit in r.match.contains}
         self.engine = best_engine() if engine == "auto" else engine
         if self.engine not in available_engines():
@@ -313,16 +322,38 @@ class Scanner:
         line, line_bytes = _line_at(data, start)
         if literal_ids is None:
             rules = [self._compiled_rule(r) for r in self._rules_for(line) if kind in r.sources]
+            located = [_READ_PER_LINE] * len(rules)
         else:
             rules = self.rules_on(literal_ids, kind)
+            located = self._located(rules, line_bytes, literal_ids, kind)
         hits = []
-        for compiled in rules:
-            following = compiled.rule.match.following
-            text = "\n".join([line, *_following_lines(data, start, following)]) if following else line
-            hit = self._match_rule(compiled, text, line_bytes, lineno, start)
+        for compiled, location in zip(rules, located):
+            if location is None:
+                continue
+            if location is _READ_PER_LINE:
+                following = compiled.rule.match.following
+                text = "\n".join([line, *_following_lines(data, start, following)]) if following else line
+                hit = self._match_rule(compiled, text, line_bytes, lineno, start)
+            else:
+                hit = self._hit(compiled, compiled.fields_at(location, line_bytes, line_bytes), line, lineno, start)
             if hit is not None:
                 hits.append(hit)
         return _one_reading_of_a_line(hits)
+
+    def _located(self, rules: list[CompiledRule], line: bytes, literal_ids: frozenset[int], kind: str) -> list:
+        """Per rule, where it reads the line (CompiledRule.locate; None: it does not match), the
+        same for every line of the line's shape when the rule is digit-blind (CompiledRule.blind);
+        for the others None when their digit-blind regex does not match the shape, else
+        _READ_PER_LINE."""
+        if len(line) > MAX_SHAPE_BYTES:
+            return [_location_of_shape(c, line) for c in rules]
+        key = (shape_of(line), literal_ids, kind)
+        located = self._shapes.get(key)
+        if located is None:
+            if len(self._shapes) >= MAX_SHAPES:
+                self._shapes.clear()  # hostile input may hold any number of shapes
+            located = self._shapes[key] = [_location_of_shape(c, line) for c in rules]
+        return located
 
     def rules_on(self, literal_ids: frozenset[int], kind: str) -> list[CompiledRule]:
         """The rules a candidate line with these literals is read with: those that read this kind
@@ -363,12 +394,17 @@ class Scanner:
     def _match_rule(self, compiled: CompiledRule, text: str, line: bytes, lineno: int, offset: int) -> Hit | None:
         """The rule's hit on `text` (the line, and its following lines when the rule reads them);
         `line` is the line's UTF-8, for `requires` and `capture`."""
-        rule = compiled.rule
-        read = _with_following_program_lines(text) if rule.match.following else line
-        found = compiled.fields(read, line)
+        read = _with_following_program_lines(text) if compiled.rule.match.following else line
+        return self._hit(compiled, compiled.fields(read, line), text, lineno, offset)
+
+    def _hit(self, compiled: CompiledRule, found: tuple[dict[str, Any], int] | None, text: str, lineno: int,
+             offset: int) -> Hit | None:
+        """The hit of a rule whose fields were read (found: CompiledRule.fields), as its decode
+        table and hook refine it."""
         if found is None:
             return None
         fields, lines = found
+        rule = compiled.rule
         event = rule.event
         hit = Hit(
             rule=rule,
@@ -388,6 +424,20 @@ class Scanner:
         if event.hook:
             hit = HOOKS[event.hook](hit)
         return hit
+
+
+def shape_of(line: bytes) -> bytes:
+    """The line with every ASCII digit read as 0: lines of one shape read alike by a digit-blind
+    rule (spec.digit_blind)."""
+    return line.translate(_DIGITS_AS_ZERO)
+
+
+def _location_of_shape(compiled: CompiledRule, line: bytes) -> Location | None | object:
+    if compiled.blind:
+        return compiled.locate(line, line)
+    if compiled.regex_blind and compiled.rule.match.following == 0 and compiled.read(line)[0] is None:
+        return None  # its regex, which every line of the shape must match, does not
+    return _READ_PER_LINE
 
 
 def _one_reading_of_a_line(hits: list[Hit]) -> list[Hit]:
@@ -470,10 +520,20 @@ class Regex:
         return self.named(data, [found.span(index) for index in range(self._regex.groups + 1)])
 
 
+class Location(NamedTuple):
+    """Where a rule reads a text: the bytes it skips (the launchers' prefixes, a header), the spans
+    of its regex on the rest, and those of its `requires` and `capture` regexes on the line."""
+    skipped: int
+    spans: list[tuple[int, int]]
+    required: list[list[tuple[int, int]]]
+    captured: list[list[tuple[int, int]] | None]
+
+
 class CompiledRule:
     """A rule's regexes, compiled once: `regex` on the text, the others on the matched line."""
 
-    __slots__ = ("rule", "regex", "unless", "requires", "capture", "anchored", "in_message", "_casts")
+    __slots__ = ("rule", "regex", "unless", "requires", "capture", "anchored", "in_message", "blind", "regex_blind",
+                 "_casts")
 
     def __init__(self, rule: Rule):
         ignore_case = rule.match.ignore_case
@@ -486,6 +546,11 @@ class CompiledRule:
         self.capture = [(regex, _casts_of(regex, rule)) for regex in (Regex(c, ignore_case) for c in rule.match.capture)]
         self.anchored = rule.match.anchored
         self.in_message = rule.event.fallback  # generic words: read in the message, never in its header
+        # Where a digit-blind rule reads a line is where it reads every line of that shape (the
+        # prefixes _read skips are found by digit-blind patterns too: tests/test_scanner_shapes.py).
+        self.regex_blind = digit_blind(rule.match.regex)
+        self.blind = not rule.match.following and self.regex_blind and all(
+            digit_blind(p) for p in (*rule.match.unless, *rule.match.requires, *rule.match.capture))
         self._casts = _casts_of(self.regex, rule)
 
     def fields(self, text: bytes, line: bytes) -> tuple[dict[str, Any], int] | None:
@@ -497,23 +562,37 @@ class CompiledRule:
         prefixes (`0: `, `[rank3]: `, Ray's `(pid=N) `), and after its blanks (an indent) when it does
         not match before them; and so does each anchored `unless`.  A second look's rule reads the
         message only, after the header that names its host (message_start)."""
-        spans, text = self._read(text)
-        if spans is None or (self.unless and self._excluded(text)):
+        location = self.locate(text, line)
+        return None if location is None else self.fields_at(location, text, line)
+
+    def locate(self, text: bytes, line: bytes) -> Location | None:
+        """Where the rule reads the text (None: it does not match)."""
+        spans, read = self.read(text)
+        if spans is None or (self.unless and self._excluded(read)):
             return None
-        fields: dict[str, Any] = {}
-        for regex, casts in self.requires:
-            required = regex.spans(line)
-            if required is None or not _cast_into(fields, casts, line, required):
+        required = []
+        for regex, _ in self.requires:
+            found = regex.spans(line)
+            if found is None:
                 return None
-        for regex, casts in self.capture:
-            captured = regex.spans(line)
+            required.append(found)
+        return Location(len(text) - len(read), spans, required, [regex.spans(line) for regex, _ in self.capture])
+
+    def fields_at(self, location: Location, text: bytes, line: bytes) -> tuple[dict[str, Any], int] | None:
+        """fields() of the text the rule reads where `location` says."""
+        fields: dict[str, Any] = {}
+        for (_, casts), required in zip(self.requires, location.required):
+            if not _cast_into(fields, casts, line, required):
+                return None
+        for (_, casts), captured in zip(self.capture, location.captured):
             if captured is not None and not _cast_into(fields, casts, line, captured):
                 return None
-        if not _cast_into(fields, self._casts, text, spans):
+        read = text[location.skipped:] if location.skipped else text
+        if not _cast_into(fields, self._casts, read, location.spans):
             return None
-        return fields, text.count(b"\n", 0, spans[0][1]) + 1
+        return fields, read.count(b"\n", 0, location.spans[0][1]) + 1
 
-    def _read(self, text: bytes) -> tuple[list[tuple[int, int]] | None, bytes]:
+    def read(self, text: bytes) -> tuple[list[tuple[int, int]] | None, bytes]:
         """The regex's match on the text (None: none), and the text it was read on (_read)."""
         if self.in_message:
             text = text[message_start(text):]
