@@ -1,12 +1,11 @@
-import random
-
 import pytest
 
-from slurm_attrib.ingest import origin as origin_module
 from slurm_attrib.ingest.origin import Origin, launcher_prefix_end, line_origin
-from slurm_attrib.ruleset.spec import digit_blind
 
-ORIGINS = [
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
         # NCCL prefix (<= 2.25 and 2.26+ with the WARN timestamp)
         ("node-2:5776:5898 [0] NCCL INFO NET/IB : Using [0]ibP111p0s0:1/IB", Origin("node-2")),
         ("task-646--1-mhpnk:91:123 [0] transport/net_ib.cc:881 NCCL WARN NET/IB : Got completion",
@@ -42,15 +41,15 @@ ORIGINS = [
         ("<165>1 2024-12-02T13:04:06.123Z gpu05.example.org nvidia-persistenced 123 - - msg", Origin("gpu05")),
         ("<13>Dec  2 13:04:06 gpu06 prog: msg", Origin("gpu06", program="prog")),
         ("Dec  2 13:04:06 10.1.2.3 kernel: x", Origin("10.1.2.3", program="kernel")),
-]
-
-
-@pytest.mark.parametrize("line, expected", ORIGINS)
+    ],
+)
 def test_origins(line, expected):
     assert line_origin(line) == expected
 
 
-NO_ORIGINS = [
+@pytest.mark.parametrize(
+    "line",
+    [
         "",
         "Traceback (most recent call last):",
         "[  123.456789] NVRM: Xid (PCI:0000:a1:00): 79, GPU has fallen off the bus.",
@@ -63,10 +62,8 @@ NO_ORIGINS = [
         # a non-default process group's rank is not the global rank
         "[PG ID 3 PG GUID 7(tp) Rank 1] Timeout",
         "12:30:45 up 3 days",
-]
-
-
-@pytest.mark.parametrize("line", NO_ORIGINS)
+    ],
+)
 def test_no_origin(line):
     assert line_origin(line) == Origin(None, None, None)
 
@@ -107,35 +104,3 @@ def test_horovodrun_gloo_prefix_names_the_rank():
 ])
 def test_where_the_launchers_prefixes_end(line, start):
     assert launcher_prefix_end(line) == start
-
-
-def test_where_an_origin_is_written_is_found_alike_on_every_line_of_a_shape():
-    """line_origin keeps where a line's parts are per shape (its digits read as 0): every pattern
-    that finds them must be digit-blind; only `[PG 0 ... Rank N]` (a digit of its own) is read per line."""
-    patterns = [origin_module._CONTAINER, origin_module._LABEL, origin_module._MPI_TAG, origin_module._DEFAULT_PREFIX,
-                origin_module._RANK_PREFIX, origin_module._NCCL_TIME, origin_module._NCCL, origin_module._RFC5424,
-                origin_module._SYSLOG, origin_module._TALOS]
-    assert all(digit_blind(p.pattern) for p in patterns)
-    assert not digit_blind(origin_module._WORK_RANK.pattern)
-
-
-def test_every_line_of_a_shape_has_the_origin_it_has_alone(monkeypatch):
-    rng = random.Random(7)
-    lines = [line for line, _ in ORIGINS] + NO_ORIGINS + [
-        "[PG ID 0 PG GUID 0(default_pg) Rank 5] Timeout", "[PG ID 3 PG GUID 0(default_pg) Rank 5] Timeout"]
-    for line in lines:
-        for variant in [line, *("".join(rng.choice("0123456789") if c.isdigit() else c for c in line)
-                                for _ in range(5))]:
-            kept = line_origin(variant)  # the shape's parts, as the first line of it found them
-            monkeypatch.setattr(origin_module, "_SHAPES", {})
-            assert kept == line_origin(variant), variant
-    line_origin("[PG ID 0 PG GUID 0(default_pg) Rank 5] Timeout")
-    assert line_origin("[PG ID 3 PG GUID 0(default_pg) Rank 5] Timeout") == Origin()
-
-
-def test_shapes_are_kept_within_bounds(monkeypatch):
-    monkeypatch.setattr(origin_module, "MAX_SHAPES", 4)
-    monkeypatch.setattr(origin_module, "_SHAPES", {})
-    for n in range(50):
-        assert line_origin(f"{n}: [rank{n}]: " + "x" * n) == Origin(rank=n, task=n)
-    assert len(origin_module._SHAPES) <= 4

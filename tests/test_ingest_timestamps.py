@@ -15,7 +15,6 @@ from slurm_attrib.ingest.timestamps import (
 )
 from slurm_attrib.ingest import timestamps
 from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
-from slurm_attrib.ruleset.spec import digit_blind
 from slurm_attrib.provenance import Provenance
 
 
@@ -26,7 +25,9 @@ def utc(y, mo, d, h, mi, s, frac=0.0):
 T = utc(2024, 12, 2, 13, 4, 6)
 
 
-FORMATS = [
+@pytest.mark.parametrize(
+    "line, hint, wall, mono",
+    [
         # dmesg, seconds since boot
         ("[  123.456789] NVRM: Xid (PCI:0000:a1:00): 79, GPU has fallen off the bus.", None, None, 123.456789),
         ("[25033.266922] nvidia-peermem nv_get_p2p_free_callback:127 ERROR", 2024, None, 25033.266922),
@@ -90,10 +91,8 @@ FORMATS = [
         ("2024-12-02_14:04:06.000+0100: [E] Lost membership in cluster c1.", None, T, None),
         # dmesg -x facility prefix
         ("kern  :err   : [  123.456] NVRM: Xid", None, None, 123.456),
-]
-
-
-@pytest.mark.parametrize("line, hint, wall, mono", FORMATS)
+    ],
+)
 def test_formats(line, hint, wall, mono):
     got = parse_line_time(line, hint)
     if wall is None:
@@ -106,7 +105,9 @@ def test_formats(line, hint, wall, mono):
         assert got.mono == pytest.approx(mono)
 
 
-NO_TIMES = [
+@pytest.mark.parametrize(
+    "line",
+    [
         "slurmstepd: error: *** JOB 494583 ON ... CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***",
         "Traceback (most recent call last):",
         "",
@@ -121,45 +122,10 @@ NO_TIMES = [
         "Feb 30 12:00:00 host kernel: x",
         "\x00\x00\x00 binary",
         "Epoch: [0][415/1736]\t Loss 0.5844",
-]
-
-
-@pytest.mark.parametrize("line", NO_TIMES)
+    ],
+)
 def test_no_time(line):
     assert parse_line_time(line, 2024) == LineTime(None, None)
-
-
-def test_where_a_stamp_is_written_is_found_alike_on_every_line_of_a_shape():
-    """parse_line_time keeps where a line's stamp is, and its format, per shape (its digits read as
-    0): every pattern that finds it must be digit-blind."""
-    patterns = [timestamps._PREFIX, timestamps._ISO, timestamps._BSD, timestamps._MDY, timestamps._CTIME,
-                timestamps._FULL, timestamps._GLOG, timestamps._MONO, timestamps._DELTA, timestamps._ELASTIC,
-                timestamps._AFTER_HEADER_MONO]
-    assert all(digit_blind(p.pattern) for p in patterns)
-
-
-def test_every_line_of_a_shape_has_the_time_it_has_alone(monkeypatch):
-    """Impossible dates, ten-digit UNIX times in brackets, years outside the sane range: each line's
-    own digits decide, whatever the first line of its shape held."""
-    rng = random.Random(11)
-    lines = [(line, hint) for line, hint, _, _ in FORMATS] + [(line, 2024) for line in NO_TIMES] + [
-        ("[1668693503.473099] ucx", None), ("[  16686935.473099] ucx", None), ("9999-12-31T23:59:59Z x", None)]
-    for line, hint in lines:
-        for variant in [line, *("".join(rng.choice("0123456789") if c.isdigit() else c for c in line)
-                                for _ in range(8))]:
-            kept = parse_line_time(variant, hint)  # where the shape's first line had its stamp
-            monkeypatch.setattr(timestamps, "_SHAPES", {})
-            assert kept == parse_line_time(variant, hint), variant
-    parse_line_time("2024-12-02T13:04:06Z x", None)
-    assert parse_line_time("2024-19-02T13:04:06Z x", None) == LineTime(None, None)
-
-
-def test_shapes_are_kept_within_bounds(monkeypatch):
-    monkeypatch.setattr(timestamps, "MAX_SHAPES", 4)
-    monkeypatch.setattr(timestamps, "_SHAPES", {})
-    for n in range(50):
-        assert parse_line_time(f"[{n}.5] " + "x" * n, None) == LineTime(None, n + 0.5)
-    assert len(timestamps._SHAPES) <= 4
 
 
 def test_year_less_formats_without_hint_have_no_wall():

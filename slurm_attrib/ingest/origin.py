@@ -134,62 +134,31 @@ def message_start(line: bytes) -> int:
     return position
 
 
-# Where a line's origin is written is the same on every line of its shape (its ASCII digits read as
-# 0; every pattern above but _WORK_RANK is digit-blind: tests/test_ingest_origin.py), so where the
-# parts are is kept per shape, up to MAX_SHAPES shapes, and only their values are read per line.
-_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0000000000")
-MAX_SHAPES = 4096
-_SHAPES: dict[bytes, tuple] = {}
-_NOWHERE = (-1, -1)
-
-
 def line_origin(text: str) -> Origin:
     """Host, rank and srun task read from the prefixes of one line (None when absent)."""
     if not text:
         return NO_ORIGIN
     if len(text) > 1024:
         text = text[:1024]
-    shape = text.encode(errors="surrogatepass").translate(_DIGITS_AS_ZERO)
-    parts = _SHAPES.get(shape)
-    if parts is None:
-        if len(_SHAPES) >= MAX_SHAPES:
-            _SHAPES.clear()  # hostile input may hold any number of shapes
-        parts = _SHAPES[shape] = _origin_parts(text)
-    (task_at, task_end), (rank_at, rank_end), (host_at, host_end), (program_at, program_end), work_rank_from = parts
-    rank = int(text[rank_at:rank_end]) if rank_at >= 0 else None
-    if work_rank_from >= 0:
-        m = _WORK_RANK.search(text, work_rank_from)  # not digit-blind (`PG 0`): read per line
-        if m is not None:
-            rank = int(m.group(1))
-    task = int(text[task_at:task_end]) if task_at >= 0 else None
-    host = _short(text[host_at:host_end]) if host_at >= 0 else None
-    if task is None and rank is None and host is None:
-        return NO_ORIGIN
-    return Origin(host, rank, task, text[program_at:program_end] if program_at >= 0 else None)
-
-
-def _origin_parts(text: str) -> tuple:
-    """Where the line's task, rank, host and program are ((begin, end), _NOWHERE: absent), and where
-    a `[Rank N]` of PyTorch's messages is looked for (-1: not)."""
     container = _CONTAINER.match(text)
     pos = 0 if container is None else container.end()
-    task = rank = host = program = _NOWHERE
+    task = rank = host = program = None
     if text[pos:pos + 1] == " " or text[pos:pos + 1].isdecimal():  # what _LABEL may start with (\d: any decimal digit)
         m = _LABEL.match(text, pos)
         if m is not None:
-            task = m.span(1)
+            task = int(m.group(1))
             pos = m.end()
     if text.startswith("[", pos):  # the three bracketed prefixes: most lines have none
         m = _MPI_TAG.match(text, pos) if text[pos + 1:pos + 2].isdigit() else None
         if m is not None:
-            rank = m.span(1)
+            rank = int(m.group(1))
             pos = m.end()
         m = _DEFAULT_PREFIX.match(text, pos) if text.startswith("[default", pos) else None
         if m is not None:  # torchrun's [defaultN]: is a local rank: skipped
             pos = m.end()
         m = _RANK_PREFIX.match(text, pos) if text.startswith(("[rank", "[RANK"), pos) else None
         if m is not None:
-            rank = m.span(1)
+            rank = int(m.group(1))
             pos = m.end()
     first = text[pos:pos + 1]
     if first == "[":
@@ -197,20 +166,25 @@ def _origin_parts(text: str) -> tuple:
         if m is not None:
             m = _NCCL.match(text, m.end())
             if m is not None:
-                host = m.span(1)
+                host = _short(m.group(1))
     elif first == "<":
         m = _RFC5424.match(text, pos) or _SYSLOG.match(text, pos)
         if m is not None:
-            host = m.span("host")
-            program = m.span("prog") if "prog" in m.re.groupindex else _NOWHERE
+            host = _short(m["host"])
+            program = m.groupdict().get("prog")
     elif first:
         m = _SYSLOG.match(text, pos) if (first.isupper() or first.isdigit()) else None
         if m is not None:
-            host = m.span("host")
-            program = m.span("prog")
+            host = _short(m["host"])
+            program = m["prog"]
         else:
             m = _NCCL.match(text, pos) or _TALOS.match(text, pos)
             if m is not None:
-                host = m.span(1)
-    work_rank_from = pos if rank == _NOWHERE and "Rank " in text else -1
-    return task, rank, host, program, work_rank_from
+                host = _short(m.group(1))
+    if rank is None and "Rank " in text:
+        m = _WORK_RANK.search(text, pos)
+        if m is not None:
+            rank = int(m.group(1))
+    if task is None and rank is None and host is None:
+        return NO_ORIGIN
+    return Origin(host, rank, task, program)

@@ -57,7 +57,7 @@ _PREFIX = re.compile(
     r"\s*(?:\d{1,6}: )?"  # srun --label
     r"(?:\[default\d+\]:)?"  # torchrun --tee / log-line prefix (local rank)
     r"(?:\[(?:rank|RANK)\d+\]:)?"  # PyTorch [rankN]:
-    r"(?:<\d{1,3}>(?:\d{1,2} )?)?"  # syslog <PRI>, RFC 5424 version (1; any digits read as one: shapes)
+    r"(?:<\d{1,3}>(?:1 )?)?"  # syslog <PRI>, RFC 5424 version
     r"(?:[a-z]{2,8} *:[a-z]{2,7} *: )?"  # dmesg -x "kern  :err   : "
     r"\s*"
 )
@@ -151,123 +151,90 @@ def _syslog_mono(text: str, pos: int) -> float | None:
     return _mono(found["mono"]) if found else None
 
 
-# Where a line's stamp is and in which format is the same on every line of its shape (its ASCII
-# digits read as 0: every pattern above is digit-blind, tests/test_ingest_timestamps.py), so it is
-# kept per shape, up to MAX_SHAPES shapes; each line's own digits give its time.
-_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0000000000")
-MAX_SHAPES = 4096
-_SHAPES: dict[bytes, tuple | None] = {}
-
-
 def parse_line_time(text: str, year_hint: int | None) -> LineTime:
     """The leading time of one log line (see the module docstring for the formats)."""
     if not text:
         return NO_TIME
     if len(text) > 512:
         text = text[:512]
-    shape = text.encode(errors="surrogatepass").translate(_DIGITS_AS_ZERO)
-    try:
-        where = _SHAPES[shape]
-    except KeyError:
-        if len(_SHAPES) >= MAX_SHAPES:
-            _SHAPES.clear()  # hostile input may hold any number of shapes
-        where = _SHAPES[shape] = _where_the_stamp_is(text)
-    if where is None:
-        return NO_TIME
-    read, pattern, pos = where
-    return read(pattern.match(text, pos), text, year_hint)
-
-
-def _where_the_stamp_is(text: str) -> tuple | None:
-    """(how to read it, its pattern, where that matches) of the line's leading stamp; None: it has none."""
     pos = _PREFIX.match(text).end()
     if pos >= len(text):
-        return None
+        return NO_TIME
     first = text[pos]
     if first == "[":
-        return _where_in_brackets(text, pos)
+        return _bracketed(text, pos, year_hint)
     if first.isdigit():
-        return (_read_iso_line, _ISO, pos) if _ISO.match(text, pos) else None
-    if first in "JFMASOND" and _BSD.match(text, pos):
-        return _read_bsd_line, _BSD, pos
-    if first in "IWEFD" and _GLOG.match(text, pos):
-        return _read_glog, _GLOG, pos
+        m = _ISO.match(text, pos)
+        if m is None:
+            return NO_TIME
+        # dmesg --time-format iso (`,123456+00:00`) has no host field; syslog ISO lines may carry
+        # a kernel mono stamp after `host kernel:`.
+        mono = None if "," in m.group(0) else _syslog_mono(text, m.end())
+        return LineTime(_from_iso(m), mono)
+    if first in "JFMASOND":
+        m = _BSD.match(text, pos)
+        if m is not None:
+            return LineTime(_from_month_name(m, year_hint), _syslog_mono(text, m.end()))
+    if first in "IWEFD":
+        m = _GLOG.match(text, pos)
+        if m is not None:
+            if year_hint is None:
+                return NO_TIME
+            return LineTime(_wall(year_hint, int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]),
+                                  int(m["S"]), _frac(m["frac"])), None)
     if first in "MTWFS":
-        if _CTIME.match(text, pos):
-            return _read_month_name, _CTIME, pos
-        if _FULL.match(text, pos):
-            return _read_full, _FULL, pos
-    if first == "t" and _ELASTIC.match(text, pos):
-        return _read_elastic, _ELASTIC, pos
-    return None
+        m = _CTIME.match(text, pos)
+        if m is not None:
+            return LineTime(_from_month_name(m, year_hint), None)
+        m = _FULL.match(text, pos)
+        if m is not None:
+            abbr = m["abbr"]
+            if abbr and abbr not in _UTC_ABBR:
+                return NO_TIME  # a zone abbreviation we cannot resolve
+            wall = _wall(int(m["y"]), int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]),
+                         int(m["S"]), _frac(m["frac"]))
+            return LineTime(wall, _syslog_mono(text, m.end()))
+    if first == "t":
+        m = _ELASTIC.match(text, pos)
+        if m is not None:
+            return LineTime(_wall(int(m["y"]), int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]),
+                                  int(m["S"]), 0.0), None)
+    return NO_TIME
 
 
-def _where_in_brackets(text: str, pos: int) -> tuple | None:
-    if _MONO.match(text, pos):
-        return _read_mono, _MONO, pos
+def _bracketed(text: str, pos: int, year_hint: int | None) -> LineTime:
+    m = _MONO.match(text, pos)
+    if m is not None:
+        if m["mono"].index(".") >= UNIX_TIME_DIGITS:
+            return LineTime(sane_time(float(m["mono"])), None)
+        return LineTime(None, _mono(m["mono"]))
     if _DELTA.match(text, pos):
-        return None
+        return NO_TIME
     inner = pos + 1
     if inner >= len(text):
-        return None
+        return NO_TIME
     first = text[inner]
     if first.isdigit():  # [2024-12-02 13:04:06] (NCCL 2.26+), [2024-12-02T13:04:06.123] (slurmd)
         m = _ISO.match(text, inner)
-        return (_read_iso, _ISO, inner) if m is not None and text.startswith("]", m.end()) else None
-    if first in "MTWFS" and _CTIME.match(text, inner):  # dmesg -T: [Tue Apr  9 01:21:38 2024]
-        return _read_month_name, _CTIME, inner
-    if first in "IWEFD" and _GLOG.match(text, inner):  # PyTorch glog: [E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629]
-        return _read_glog, _GLOG, inner
-    if first in "JFMASOND":  # [Dec  2 13:04:06] and similar; Fabric Manager's [Dec 02 2026 13:04:06]
-        if _BSD.match(text, inner):
-            return _read_month_name, _BSD, inner
-        if _MDY.match(text, inner):
-            return _read_month_name, _MDY, inner
-    return None
-
-
-def _read_iso_line(m: re.Match, text: str, _year_hint: int | None) -> LineTime:
-    # dmesg --time-format iso (`,123456+00:00`) has no host field; syslog ISO lines may carry
-    # a kernel mono stamp after `host kernel:`.
-    mono = None if "," in m.group(0) else _syslog_mono(text, m.end())
-    return LineTime(_from_iso(m), mono)
-
-
-def _read_iso(m: re.Match, _text: str, _year_hint: int | None) -> LineTime:
-    return LineTime(_from_iso(m), None)
-
-
-def _read_bsd_line(m: re.Match, text: str, year_hint: int | None) -> LineTime:
-    return LineTime(_from_month_name(m, year_hint), _syslog_mono(text, m.end()))
-
-
-def _read_month_name(m: re.Match, _text: str, year_hint: int | None) -> LineTime:
-    return LineTime(_from_month_name(m, year_hint), None)
-
-
-def _read_glog(m: re.Match, _text: str, year_hint: int | None) -> LineTime:
-    if year_hint is None:
+        if m is not None and text.startswith("]", m.end()):
+            return LineTime(_from_iso(m), None)
         return NO_TIME
-    return LineTime(_wall(year_hint, int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]), int(m["S"]),
-                          _frac(m["frac"])), None)
-
-
-def _read_full(m: re.Match, text: str, _year_hint: int | None) -> LineTime:
-    abbr = m["abbr"]
-    if abbr and abbr not in _UTC_ABBR:
-        return NO_TIME  # a zone abbreviation we cannot resolve
-    wall = _wall(int(m["y"]), int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]), int(m["S"]), _frac(m["frac"]))
-    return LineTime(wall, _syslog_mono(text, m.end()))
-
-
-def _read_elastic(m: re.Match, _text: str, _year_hint: int | None) -> LineTime:
-    return LineTime(_wall(int(m["y"]), int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]), int(m["S"]), 0.0), None)
-
-
-def _read_mono(m: re.Match, _text: str, _year_hint: int | None) -> LineTime:
-    if m["mono"].index(".") >= UNIX_TIME_DIGITS:
-        return LineTime(sane_time(float(m["mono"])), None)
-    return LineTime(None, _mono(m["mono"]))
+    if first in "MTWFS":  # dmesg -T: [Tue Apr  9 01:21:38 2024]
+        m = _CTIME.match(text, inner)
+        if m is not None:
+            return LineTime(_from_month_name(m, year_hint), None)
+    if first in "IWEFD":  # PyTorch glog: [E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629]
+        m = _GLOG.match(text, inner)
+        if m is not None:
+            if year_hint is None:
+                return NO_TIME
+            return LineTime(_wall(year_hint, int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]),
+                                  int(m["S"]), _frac(m["frac"])), None)
+    if first in "JFMASOND":  # [Dec  2 13:04:06] and similar; Fabric Manager's [Dec 02 2026 13:04:06]
+        m = _BSD.match(text, inner) or _MDY.match(text, inner)
+        if m is not None:
+            return LineTime(_from_month_name(m, year_hint), None)
+    return NO_TIME
 
 
 # Every format above holds hh:mm:ss or a bracketed mono stamp: a line without either has no time.
