@@ -1,5 +1,5 @@
-"""A line's reading is kept for the lines of its shape (scanner.shape_of): only for rules that
-cannot tell digits apart (spec.digit_blind), and then it is the reading each line gets on its own."""
+"""A line's reading is kept for the lines of its shape (ruleset/shapes.py): only for rules that
+cannot tell digits apart (shapes.digit_blind), and then it is the reading each line gets on its own."""
 
 import random
 
@@ -8,31 +8,10 @@ import pytest
 from slurm_attrib.ingest import origin
 from slurm_attrib.ruleset import scanner as scanner_module
 from slurm_attrib.ruleset.loader import load_rules
-from slurm_attrib.ruleset.scanner import Scanner, _line_at, _one_reading_of_a_line, shape_of
-from slurm_attrib.ruleset.spec import digit_blind
+from slurm_attrib.ruleset.scanner import Scanner, _line_at, _one_reading_of_a_line
+from slurm_attrib.ruleset.shapes import digit_blind, shape_of
 
 RULES = load_rules()
-
-
-@pytest.mark.parametrize("pattern, blind", [
-    (r"Xid (?P<xid>\d+)", True),
-    (r"[0-9a-fA-F]{4}:[\w.-]+ \D \s \S .", True),
-    (r"[^0-9]+ [^\s\[:]+", True),
-    (r"(?i)rank (?P<rank>\d{1,7})\b", True),
-    (r"Xid 79", False),  # a digit of its own
-    (r"0x[0-9a-f]+", False),
-    (r"[1-9]\d{2,}", False),  # a range of some digits
-    (r"[^5]", False),
-    (r"errno (?:116|5)", False),
-    (r"[[:digit:]]", False),  # RE2's POSIX class: punctuation and letters to Python's parser
-    (r"a{,3}", False),  # a literal `{,3}` to RE2
-    (r"\x30", False),  # the digit 0 written as an escape
-    (r"\060", False),
-    (r"\pN", False),  # RE2 syntax Python's parser does not read
-    (r"\QXid 79\E", False),
-])
-def test_digit_blind_patterns(pattern, blind):
-    assert digit_blind(pattern) is blind
 
 
 def test_the_prefixes_a_rules_reading_skips_are_found_alike_on_every_line_of_a_shape():
@@ -106,15 +85,9 @@ def test_a_rule_that_tells_digits_apart_reads_every_line():
             assert _signature(got) == _signature(_direct_hits(scanner, variant.decode(), kind, found[0][1]))
 
 
-def test_shapes_are_kept_within_bounds(monkeypatch):
-    monkeypatch.setattr(scanner_module, "MAX_SHAPES", 8)
+def test_a_long_line_is_read_rule_by_rule_and_its_shape_not_kept():
     rule = next(r for r in RULES if r.id == "gpu.xid")
     scanner = Scanner([rule])
-    for n in range(100):
-        data = f"NVRM: Xid (PCI:0000:3b:00): 79, pid={'1' * n}, GPU has fallen off the bus.".encode()
-        candidates = scanner.candidate_lines(data)
-        scanner.match_at(data, 0, 1, "kernel", candidates[0][1])
-    assert len(scanner._shapes) <= 8
     long_line = b"NVRM: Xid (PCI:0000:3b:00): 79, " + b"x" * scanner_module.MAX_SHAPE_BYTES
-    scanner.match_at(long_line, 0, 1, "kernel", scanner.candidate_lines(long_line)[0][1])
-    assert all(len(key[0]) <= scanner_module.MAX_SHAPE_BYTES for key in scanner._shapes)
+    assert scanner.match_at(long_line, 0, 1, "kernel", scanner.candidate_lines(long_line)[0][1])
+    assert not len(scanner._shapes)

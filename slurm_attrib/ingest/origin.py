@@ -68,7 +68,7 @@ SYSLOG_HOST_AND_PROGRAM = " " + _HOST + _PROG  # after the stamp
 _SYSLOG = re.compile(r"(?:<\d{1,3}>)?(?:" + _SYSLOG_STAMP + ")" + SYSLOG_HOST_AND_PROGRAM)
 # RFC 5424: <pri>VERSION TIMESTAMP HOST APP PROCID MSGID ... (VERSION is 1 in every syslog of today;
 # any digits are read as one, so that where a message starts is the same on every line of a shape:
-# scanner.shape_of)
+# ruleset/shapes.py)
 _RFC5424 = re.compile(r"<\d{1,3}>\d{1,2} (?:\S+) " + _HOST + r" ")
 # talosctl dmesg (Talos Linux, Kubernetes nodes): `<node>: kern: warning: [<time>]: <message>`
 _TALOS = re.compile(

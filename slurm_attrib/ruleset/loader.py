@@ -103,10 +103,11 @@ def load_rules(extra_dirs: list[Path] | None = None) -> list[Rule]:
 
 
 # The code a cached rule pack is built with, taken when it is imported: the classes the pickle
-# holds (spec), the schema that validates them and the vocabulary it checks against.  The schema's
-# path is found without importing it: a warm cache builds no pydantic model.
-_CODE = code_digest([Path(spec.__file__), Path(spec.__file__).with_name("schema.py"),
-                     Path(spec.__file__).parent.parent / "vocab.py"])
+# holds (spec), what they find of their patterns (shapes), the schema that validates them and the
+# vocabulary it checks against.  The schema's path is found without importing it: a warm cache
+# builds no pydantic model.
+_CODE = code_digest([Path(spec.__file__), Path(spec.__file__).with_name("shapes.py"),
+                     Path(spec.__file__).with_name("schema.py"), Path(spec.__file__).parent.parent / "vocab.py"])
 
 
 def _validate(files: list[Path]) -> list[Rule]:

@@ -11,6 +11,11 @@ The rules' regexes run on RE2 (linear in the line, whatever the line holds: job 
 user's), on the line's UTF-8 bytes: RE2 matches bytes, and a str would be encoded again by every
 rule that reads the line.
 
+Lines of one shape (ruleset/shapes.py: the line with its ASCII digits read as 0) are read alike by a
+rule that cannot tell digits apart (shapes.digit_blind: 909 of 1,216 rules): where such a rule reads
+the first line of a shape (its prefix skipped, the spans of its regexes) is kept for the others,
+and only their values are cast per line.
+
 Case-insensitive literals (`match.ignore_case`, ASCII case folding as in every engine): Hyperscan,
 grep -i and `re` fold case themselves; for Aho-Corasick each such literal is searched by every case
 variant of its head (at most 6 letters), and each hit is then checked against the whole literal.
@@ -26,14 +31,15 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any
 
 import re2
 
 from slurm_attrib.ingest.origin import launcher_prefix_end, message_start, relay_prefix, relay_prefix_end
 from slurm_attrib.ruleset import cache
 from slurm_attrib.ruleset.hooks import HOOKS, decode_fields
-from slurm_attrib.ruleset.spec import Rule, anchored as _anchored, compiled, digit_blind
+from slurm_attrib.ruleset.spec import Rule, anchored as _anchored, compiled
+from slurm_attrib.ruleset.shapes import MISSING, ShapeMemo, shape_of
 
 try:  # optional accelerator, same results
     import hyperscan
@@ -71,13 +77,7 @@ ENGINES = ("hyperscan", "ahocorasick", "grep", "re")
 ENGINE_VARIABLE = "SATTRIB_SCAN_ENGINE"
 CASELESS_HEAD_LETTERS = 6  # Aho-Corasick: case variants of at most this many letters per literal
 MAX_LITERAL_SETS = 4096  # distinct (literals on a line, kind) whose rules are kept at hand
-# A line's shape is its text with every ASCII digit read as 0: the lines of one message printed by
-# every rank (`[rank17]:[E1202 15:18:56.428671837 ...] [Rank 17] Watchdog caught ...`) have a few
-# hundred shapes in half a million lines.  Where the digit-blind rules read a line of a shape is
-# kept for the next line of that shape, up to MAX_SHAPES shapes of lines up to MAX_SHAPE_BYTES.
-_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0000000000")
-MAX_SHAPES = 4096
-MAX_SHAPE_BYTES = 2048
+MAX_SHAPE_BYTES = 2048  # longer lines are read rule by rule (they seldom repeat, and keys stay small)
 _READ_PER_LINE = object()  # a rule that is not digit-blind: read on every line
 
 
@@ -123,8 +123,8 @@ class Scanner:
         for rule in per_line:
             for literal in rule.match.contains:
                 self._rules_by_literal[literal].append(rule)
-        self._rules_by_ids: dict[tuple[frozenset[int], str], list[CompiledRule]] = {}
-        self._shapes: dict[tuple[bytes, frozenset[int], str], list] = {}
+        self._rules_by_ids: dict[tuple[frozenset[int], str], RulesOnALine] = {}
+        self._shapes = ShapeMemo()  # by (shape, literals, kind): per rule, what _located keeps
         self._caseless = {lit for r in per_line if r.match.ignore_case for lit in r.match.contains}
         self.engine = best_engine() if engine == "auto" else engine
         if self.engine not in available_engines():
@@ -320,42 +320,41 @@ class Scanner:
         self, data: bytes, start: int, lineno: int, kind: str, literal_ids: frozenset[int] | None = None
     ) -> list[Hit]:
         line, line_bytes = _line_at(data, start)
+        located = None
         if literal_ids is None:
             rules = [self._compiled_rule(r) for r in self._rules_for(line) if kind in r.sources]
-            located = [_READ_PER_LINE] * len(rules)
         else:
             rules = self.rules_on(literal_ids, kind)
-            located = self._located(rules, line_bytes, literal_ids, kind)
+            if rules.keep_shapes:
+                located = self._located(rules, line_bytes, literal_ids, kind)
         hits = []
-        for compiled, location in zip(rules, located):
-            if location is None:
-                continue
+        for index, compiled in enumerate(rules):
+            location = _READ_PER_LINE if located is None else located[index]
             if location is _READ_PER_LINE:
                 following = compiled.rule.match.following
                 text = "\n".join([line, *_following_lines(data, start, following)]) if following else line
                 hit = self._match_rule(compiled, text, line_bytes, lineno, start)
+            elif location is None:
+                continue
             else:
-                hit = self._hit(compiled, compiled.fields_at(location, line_bytes, line_bytes), line, lineno, start)
+                found = compiled.fields_at(location, line_bytes)
+                hit = None if found is None else self._hit(compiled, found, line, lineno, start)
             if hit is not None:
                 hits.append(hit)
         return _one_reading_of_a_line(hits)
 
-    def _located(self, rules: list[CompiledRule], line: bytes, literal_ids: frozenset[int], kind: str) -> list:
-        """Per rule, where it reads the line (CompiledRule.locate; None: it does not match), the
-        same for every line of the line's shape when the rule is digit-blind (CompiledRule.blind);
-        for the others None when their digit-blind regex does not match the shape, else
-        _READ_PER_LINE."""
-        if len(line) > MAX_SHAPE_BYTES:
-            return [_location_of_shape(c, line) for c in rules]
+    def _located(self, rules: list[CompiledRule], line: bytes, literal_ids: frozenset[int], kind: str) -> list | None:
+        """Per rule, what every line of the line's shape keeps (_shape_reading); None: every rule
+        reads the line itself (a long line; the memo resting)."""
+        if len(line) > MAX_SHAPE_BYTES or self._shapes.resting():
+            return None
         key = (shape_of(line), literal_ids, kind)
         located = self._shapes.get(key)
-        if located is None:
-            if len(self._shapes) >= MAX_SHAPES:
-                self._shapes.clear()  # hostile input may hold any number of shapes
-            located = self._shapes[key] = [_location_of_shape(c, line) for c in rules]
+        if located is MISSING:
+            located = self._shapes.keep(key, [_shape_reading(c, line) for c in rules])
         return located
 
-    def rules_on(self, literal_ids: frozenset[int], kind: str) -> list[CompiledRule]:
+    def rules_on(self, literal_ids: frozenset[int], kind: str) -> RulesOnALine:
         """The rules a candidate line with these literals is read with: those that read this kind
         of source, in rule id order."""
         rules = self._rules_by_ids.get((literal_ids, kind))
@@ -363,7 +362,8 @@ class Scanner:
             if len(self._rules_by_ids) >= MAX_LITERAL_SETS:
                 self._rules_by_ids.clear()  # hostile input may hold any set of literals on a line
             chosen = {r.id: r for i in literal_ids for r in self._rules_by_literal[self._literals[i]]}
-            rules = [self._compiled_rule(chosen[k]) for k in sorted(chosen) if kind in chosen[k].sources]
+            rules = RulesOnALine(self._compiled_rule(chosen[k]) for k in sorted(chosen) if kind in chosen[k].sources)
+            rules.keep_shapes = any(c.blind or c.regex_blind and not c.rule.match.following for c in rules)
             self._rules_by_ids[(literal_ids, kind)] = rules
         return rules
 
@@ -395,14 +395,13 @@ class Scanner:
         """The rule's hit on `text` (the line, and its following lines when the rule reads them);
         `line` is the line's UTF-8, for `requires` and `capture`."""
         read = _with_following_program_lines(text) if compiled.rule.match.following else line
-        return self._hit(compiled, compiled.fields(read, line), text, lineno, offset)
+        found = compiled.fields(read, line)
+        return None if found is None else self._hit(compiled, found, text, lineno, offset)
 
-    def _hit(self, compiled: CompiledRule, found: tuple[dict[str, Any], int] | None, text: str, lineno: int,
+    def _hit(self, compiled: CompiledRule, found: tuple[dict[str, Any], int], text: str, lineno: int,
              offset: int) -> Hit | None:
         """The hit of a rule whose fields were read (found: CompiledRule.fields), as its decode
         table and hook refine it."""
-        if found is None:
-            return None
         fields, lines = found
         rule = compiled.rule
         event = rule.event
@@ -426,17 +425,14 @@ class Scanner:
         return hit
 
 
-def shape_of(line: bytes) -> bytes:
-    """The line with every ASCII digit read as 0: lines of one shape read alike by a digit-blind
-    rule (spec.digit_blind)."""
-    return line.translate(_DIGITS_AS_ZERO)
-
-
-def _location_of_shape(compiled: CompiledRule, line: bytes) -> Location | None | object:
+def _shape_reading(compiled: CompiledRule, line: bytes) -> Location | None | object:
+    """What every line of the line's shape keeps of the rule: where a digit-blind rule reads it
+    (None: it does not match); for the others None when their digit-blind regex does not match it
+    (a second look's words on a line of another meaning), else _READ_PER_LINE."""
     if compiled.blind:
-        return compiled.locate(line, line)
-    if compiled.regex_blind and compiled.rule.match.following == 0 and compiled.read(line)[0] is None:
-        return None  # its regex, which every line of the shape must match, does not
+        return compiled.locate(line)
+    if compiled.regex_blind and not compiled.rule.match.following and compiled.read(line)[0] is None:
+        return None
     return _READ_PER_LINE
 
 
@@ -520,13 +516,16 @@ class Regex:
         return self.named(data, [found.span(index) for index in range(self._regex.groups + 1)])
 
 
-class Location(NamedTuple):
-    """Where a rule reads a text: the bytes it skips (the launchers' prefixes, a header), the spans
-    of its regex on the rest, and those of its `requires` and `capture` regexes on the line."""
-    skipped: int
-    spans: list[tuple[int, int]]
-    required: list[list[tuple[int, int]]]
-    captured: list[list[tuple[int, int]] | None]
+class RulesOnALine(list):
+    """The rules a candidate line is read with (Scanner.rules_on), and whether what some of them
+    find on a line is kept for its shape (keep_shapes: else the line's shape is not looked up)."""
+    __slots__ = ("keep_shapes",)
+
+
+# Where a rule reads a text: the bytes it skips (the launchers' prefixes, a header), the spans of
+# its regex on the rest, and those of its `requires` and `capture` regexes on the line.  A plain
+# tuple: one is made for every line a rule is tried on.
+Location = tuple[int, list[tuple[int, int]], list[list[tuple[int, int]]], list[list[tuple[int, int]] | None]]
 
 
 class CompiledRule:
@@ -548,9 +547,8 @@ class CompiledRule:
         self.in_message = rule.event.fallback  # generic words: read in the message, never in its header
         # Where a digit-blind rule reads a line is where it reads every line of that shape (the
         # prefixes _read skips are found by digit-blind patterns too: tests/test_scanner_shapes.py).
-        self.regex_blind = digit_blind(rule.match.regex)
-        self.blind = not rule.match.following and self.regex_blind and all(
-            digit_blind(p) for p in (*rule.match.unless, *rule.match.requires, *rule.match.capture))
+        self.regex_blind = rule.match.regex_blind
+        self.blind = rule.match.blind
         self._casts = _casts_of(self.regex, rule)
 
     def fields(self, text: bytes, line: bytes) -> tuple[dict[str, Any], int] | None:
@@ -561,36 +559,48 @@ class CompiledRule:
         A regex anchored at the line's start reads the program's line: after the launchers'
         prefixes (`0: `, `[rank3]: `, Ray's `(pid=N) `), and after its blanks (an indent) when it does
         not match before them; and so does each anchored `unless`.  A second look's rule reads the
-        message only, after the header that names its host (message_start)."""
-        location = self.locate(text, line)
-        return None if location is None else self.fields_at(location, text, line)
-
-    def locate(self, text: bytes, line: bytes) -> Location | None:
-        """Where the rule reads the text (None: it does not match)."""
+        message only, after the header that names its host (message_start).
+        locate() then fields_at() read a line alike in two steps, for the lines of a shape: this
+        one step is the path of every other line (tests/test_scanner_shapes.py holds them equal)."""
         spans, read = self.read(text)
         if spans is None or (self.unless and self._excluded(read)):
             return None
-        required = []
-        for regex, _ in self.requires:
-            found = regex.spans(line)
-            if found is None:
-                return None
-            required.append(found)
-        return Location(len(text) - len(read), spans, required, [regex.spans(line) for regex, _ in self.capture])
-
-    def fields_at(self, location: Location, text: bytes, line: bytes) -> tuple[dict[str, Any], int] | None:
-        """fields() of the text the rule reads where `location` says."""
         fields: dict[str, Any] = {}
-        for (_, casts), required in zip(self.requires, location.required):
-            if not _cast_into(fields, casts, line, required):
+        for regex, casts in self.requires:
+            required = regex.spans(line)
+            if required is None or not _cast_into(fields, casts, line, required):
                 return None
-        for (_, casts), captured in zip(self.capture, location.captured):
+        for regex, casts in self.capture:
+            captured = regex.spans(line)
             if captured is not None and not _cast_into(fields, casts, line, captured):
                 return None
-        read = text[location.skipped:] if location.skipped else text
-        if not _cast_into(fields, self._casts, read, location.spans):
+        if not _cast_into(fields, self._casts, read, spans):
             return None
-        return fields, read.count(b"\n", 0, location.spans[0][1]) + 1
+        return fields, read.count(b"\n", 0, spans[0][1]) + 1
+
+    def locate(self, line: bytes) -> Location | None:
+        """Where the rule reads a line (a rule without following lines; None: it does not match)."""
+        spans, read = self.read(line)
+        if spans is None or (self.unless and self._excluded(read)):
+            return None
+        required = [regex.spans(line) for regex, _ in self.requires]
+        if None in required:
+            return None
+        return len(line) - len(read), spans, required, [regex.spans(line) for regex, _ in self.capture]
+
+    def fields_at(self, location: Location, line: bytes) -> tuple[dict[str, Any], int] | None:
+        """fields() of a line the rule reads where `location` says."""
+        skipped, spans, required, captured = location
+        fields: dict[str, Any] = {}
+        for (_, casts), found in zip(self.requires, required):
+            if not _cast_into(fields, casts, line, found):
+                return None
+        for (_, casts), found in zip(self.capture, captured):
+            if found is not None and not _cast_into(fields, casts, line, found):
+                return None
+        if not _cast_into(fields, self._casts, line[skipped:] if skipped else line, spans):
+            return None
+        return fields, 1
 
     def read(self, text: bytes) -> tuple[list[tuple[int, int]] | None, bytes]:
         """The regex's match on the text (None: none), and the text it was read on (_read)."""

@@ -67,13 +67,13 @@ no pydantic model of a rule (the classes cost ~7 ms to build, their pickled inst
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 import re2
 
+from slurm_attrib.ruleset.shapes import digit_blind
 from slurm_attrib.vocab import SOURCE_KINDS
 
 # A rule's sources by default: every kind of log; the metrics connector's change lines only for
@@ -124,80 +124,6 @@ def anchored(pattern: str) -> bool:
         return False
 
 
-# RE2 syntax that Python's parser would read otherwise, or not at all: POSIX classes (`[[:digit:]]`
-# is a set of punctuation and letters to Python), `{,n}` (a literal to RE2), escapes of numbers
-# (octal in RE2).  A pattern holding any of them is not taken for digit-blind.
-_READ_OTHERWISE = re.compile(r"\[:\^?[a-z]+:\]|\{,|\\[0-9]")
-
-
-@cache
-def digit_blind(pattern: str) -> bool:
-    r"""Whether the pattern cannot tell ASCII digits apart: each of its atoms matches all of 0-9 or
-    none (`\d`, `\w`, `.`, `[0-9a-f]`; not `7`, `[1-9]`).  Its matches, spans and groups are then
-    the same on two lines that differ only in which digits they hold, so a line's reading can be
-    kept for the lines of its shape (scanner.shape_of).  False when Python's parser cannot read it."""
-    from re import _constants as sre_constants
-    from re import _parser as sre_parser
-
-    digits = {ord(c) for c in "0123456789"}
-
-    def set_blind(items) -> bool:
-        held: set[int] = set()
-        for op, value in items:
-            if op is sre_constants.NEGATE:
-                pass
-            elif op is sre_constants.LITERAL:
-                held |= {value} & digits
-            elif op is sre_constants.RANGE:
-                held |= set(range(value[0], value[1] + 1)) & digits
-            elif op is sre_constants.CATEGORY:
-                if value in (sre_constants.CATEGORY_DIGIT, sre_constants.CATEGORY_WORD,
-                             sre_constants.CATEGORY_NOT_SPACE):
-                    held |= digits
-                elif value not in (sre_constants.CATEGORY_NOT_DIGIT, sre_constants.CATEGORY_NOT_WORD,
-                                   sre_constants.CATEGORY_SPACE):
-                    return False
-            else:
-                return False
-        return held in (set(), digits)  # negated or not
-
-    def blind(items) -> bool:
-        for op, value in items:
-            if op in (sre_constants.LITERAL, sre_constants.NOT_LITERAL):
-                if value in digits:
-                    return False
-            elif op is sre_constants.IN:
-                if not set_blind(value):
-                    return False
-            elif op in (sre_constants.ANY, sre_constants.AT):
-                pass
-            elif op is sre_constants.SUBPATTERN:
-                if not blind(value[-1]):
-                    return False
-            elif op is sre_constants.BRANCH:
-                if not all(blind(branch) for branch in value[1]):
-                    return False
-            elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, sre_constants.POSSESSIVE_REPEAT):
-                if not blind(value[2]):
-                    return False
-            elif op in (sre_constants.ASSERT, sre_constants.ASSERT_NOT):
-                if not blind(value[1]):
-                    return False
-            elif op is sre_constants.ATOMIC_GROUP:
-                if not blind(value):
-                    return False
-            else:  # a back-reference, a conditional: not RE2's, not tried
-                return False
-        return True
-
-    if _READ_OTHERWISE.search(pattern):
-        return False
-    try:
-        return blind(sre_parser.parse(pattern).data)
-    except Exception:  # noqa: BLE001 - RE2 syntax Python's parser does not read
-        return False
-
-
 @dataclass(frozen=True)
 class Match:
     contains: list[str]
@@ -207,6 +133,16 @@ class Match:
     capture: list[str] = field(default_factory=list)
     following: int = 0
     ignore_case: bool = False
+    # Whether the regex, and every regex of the rule, cannot tell digits apart (shapes.digit_blind):
+    # found when the pack is validated and kept with it in the cache (parsing every pattern again
+    # would cost each run about 0.15 s).
+    regex_blind: bool = field(init=False)
+    blind: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "regex_blind", digit_blind(self.regex))
+        object.__setattr__(self, "blind", not self.following and self.regex_blind and all(
+            digit_blind(p) for p in (*self.unless, *self.requires, *self.capture)))
 
     def group_names(self) -> list[str]:
         return group_names(self.capture, self.requires, self.regex)
