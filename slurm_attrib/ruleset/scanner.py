@@ -363,7 +363,7 @@ class Scanner:
                 self._rules_by_ids.clear()  # hostile input may hold any set of literals on a line
             chosen = {r.id: r for i in literal_ids for r in self._rules_by_literal[self._literals[i]]}
             rules = RulesOnALine(self._compiled_rule(chosen[k]) for k in sorted(chosen) if kind in chosen[k].sources)
-            rules.keep_shapes = any(c.blind or c.regex_blind and not c.rule.match.following for c in rules)
+            rules.keep_shapes = any(c.rule.match.regex_blind and not c.rule.match.following for c in rules)
             self._rules_by_ids[(literal_ids, kind)] = rules
         return rules
 
@@ -426,12 +426,15 @@ class Scanner:
 
 
 def _shape_reading(compiled: CompiledRule, line: bytes) -> Location | None | object:
-    """What every line of the line's shape keeps of the rule: where a digit-blind rule reads it
-    (None: it does not match); for the others None when their digit-blind regex does not match it
-    (a second look's words on a line of another meaning), else _READ_PER_LINE."""
-    if compiled.blind:
+    """What every line of the line's shape keeps of the rule: where a digit-blind rule
+    (Match.blind) reads it (None: it does not match; the prefixes read() skips are found by
+    digit-blind patterns too: tests/test_scanner_shapes.py); for the others None when their
+    digit-blind regex does not match it (a second look's words on a line of another meaning), else
+    _READ_PER_LINE."""
+    match = compiled.rule.match
+    if match.blind:
         return compiled.locate(line)
-    if compiled.regex_blind and not compiled.rule.match.following and compiled.read(line)[0] is None:
+    if match.regex_blind and not match.following and compiled.read(line)[0] is None:
         return None
     return _READ_PER_LINE
 
@@ -522,17 +525,15 @@ class RulesOnALine(list):
     __slots__ = ("keep_shapes",)
 
 
-# Where a rule reads a text: the bytes it skips (the launchers' prefixes, a header), the spans of
-# its regex on the rest, and those of its `requires` and `capture` regexes on the line.  A plain
-# tuple: one is made for every line a rule is tried on.
+# Where a rule reads a line (CompiledRule.locate): the bytes it skips (the launchers' prefixes, a
+# header), the spans of its regex on the rest, and those of its `requires` and `capture` regexes.
 Location = tuple[int, list[tuple[int, int]], list[list[tuple[int, int]]], list[list[tuple[int, int]] | None]]
 
 
 class CompiledRule:
     """A rule's regexes, compiled once: `regex` on the text, the others on the matched line."""
 
-    __slots__ = ("rule", "regex", "unless", "requires", "capture", "anchored", "in_message", "blind", "regex_blind",
-                 "_casts")
+    __slots__ = ("rule", "regex", "unless", "requires", "capture", "anchored", "in_message", "_casts")
 
     def __init__(self, rule: Rule):
         ignore_case = rule.match.ignore_case
@@ -545,10 +546,6 @@ class CompiledRule:
         self.capture = [(regex, _casts_of(regex, rule)) for regex in (Regex(c, ignore_case) for c in rule.match.capture)]
         self.anchored = rule.match.anchored
         self.in_message = rule.event.fallback  # generic words: read in the message, never in its header
-        # Where a digit-blind rule reads a line is where it reads every line of that shape (the
-        # prefixes _read skips are found by digit-blind patterns too: tests/test_scanner_shapes.py).
-        self.regex_blind = rule.match.regex_blind
-        self.blind = rule.match.blind
         self._casts = _casts_of(self.regex, rule)
 
     def fields(self, text: bytes, line: bytes) -> tuple[dict[str, Any], int] | None:
