@@ -350,14 +350,13 @@ def test_a_cache_folder_that_cannot_be_made_only_costs_time(tmp_path, monkeypatc
 @pytest.mark.parametrize("name", ["Rule", "Match", "EventSpec", "Examples", "MatchExample"])
 def test_the_cached_rule_classes_hold_every_field_the_schema_validates(name):
     """spec's plain classes (what the cache keeps) and schema's pydantic models (what validates a
-    file) name the same fields with the same defaults: a field added to one only fails here.  A
-    field the plain class derives from the others (init=False) is no field of a file."""
+    file) name the same fields with the same defaults: a field added to one only fails here."""
     from dataclasses import MISSING, fields
 
     from slurm_attrib.ruleset import schema, spec
 
     model = getattr(schema, {"EventSpec": "EventModel"}.get(name, f"{name}Model"))
-    plain = {f.name: f for f in fields(getattr(spec, name)) if f.init}
+    plain = {f.name: f for f in fields(getattr(spec, name))}
     assert list(plain) == list(model.model_fields)
     for field_name, info in model.model_fields.items():
         default = plain[field_name].default_factory() if plain[field_name].default_factory is not MISSING else plain[field_name].default

@@ -133,13 +133,12 @@ class Match:
     capture: list[str] = field(default_factory=list)
     following: int = 0
     ignore_case: bool = False
-    # Whether the regex, and every regex of the rule, cannot tell digits apart (shapes.digit_blind):
-    # found when the pack is validated and kept with it in the cache (parsing every pattern again
-    # would cost each run about 0.15 s).
-    regex_blind: bool = field(init=False)
-    blind: bool = field(init=False)
 
     def __post_init__(self) -> None:
+        # regex_blind, blind: whether the regex, and every regex of a rule without following lines,
+        # cannot tell digits apart (shapes.digit_blind).  Found when the pack is validated and kept
+        # with it in the cache (parsing every pattern again would cost each run about 0.15 s); not
+        # fields: no rule file states them, and asdict() gives what a file holds.
         object.__setattr__(self, "regex_blind", digit_blind(self.regex))
         object.__setattr__(self, "blind", not self.following and self.regex_blind and all(
             digit_blind(p) for p in (*self.unless, *self.requires, *self.capture)))
