@@ -56,37 +56,24 @@ def outside_job_window(event: Event, context: JudgeContext, before: float = WIND
     return "before the job started" if side == BEFORE else "after the job ended"
 
 
-def _lines_of(context: JudgeContext, types: list[str], pick: Callable[[int, int], int]) -> dict[int, int]:
-    """Per file (index), the first or last line (`pick`: min or max) of an event of these types."""
-    def compute() -> dict[int, int]:
-        found: dict[int, int] = {}
-        for event in context.events:
-            if event.type in types:
-                file_index, line = event.order
-                found[file_index] = pick(line, found.get(file_index, line))
-        return found
-
-    return context.once(("lines_of", tuple(types), pick), compute)
-
-
 def after_in_same_file(event: Event, context: JudgeContext, types: list[str],
                        restarts: list[str] | None = None) -> str | None:
     """The event's line comes after an event of one of `types` in the same file, with no event of
     the `restarts` types between the nearest such line and it: a run that started again after its
     end (a second step's processes joining) is no longer past its end."""
-    ends = _all_lines_of(context, types).get(event.order[0], [])
+    ends = _lines_of(context, types).get(event.order[0], [])
     line = event.order[1]
     before = bisect.bisect_left(ends, line)
     if not before:
         return None
     end = ends[before - 1]
-    starts = _all_lines_of(context, restarts).get(event.order[0], []) if restarts else []
+    starts = _lines_of(context, restarts).get(event.order[0], []) if restarts else []
     if starts and bisect.bisect_right(starts, end) < bisect.bisect_left(starts, line):
         return None  # a restart lies between the end and the event
     return f"after line {end}"
 
 
-def _all_lines_of(context: JudgeContext, types: list[str]) -> dict[int, list[int]]:
+def _lines_of(context: JudgeContext, types: list[str]) -> dict[int, list[int]]:
     """Per file (index), the lines of the events of these types, in order."""
     def compute() -> dict[int, list[int]]:
         found: dict[int, list[int]] = defaultdict(list)
@@ -95,14 +82,14 @@ def _all_lines_of(context: JudgeContext, types: list[str]) -> dict[int, list[int
                 found[event.order[0]].append(event.order[1])
         return {index: sorted(lines) for index, lines in found.items()}
 
-    return context.once(("all_lines_of", tuple(types)), compute)
+    return context.once(("lines_of", tuple(types)), compute)
 
 
 def before_in_same_file(event: Event, context: JudgeContext, types: list[str]) -> str | None:
     """The event's line comes before the last event of one of `types` in the same file, or is
     that line (a progress line a logger files under ERROR carries its own error word)."""
-    last = _lines_of(context, types, max).get(event.order[0])
-    return f"before line {last}" if last is not None and event.order[1] <= last else None
+    lines = _lines_of(context, types).get(event.order[0])
+    return f"before line {lines[-1]}" if lines and event.order[1] <= lines[-1] else None
 
 
 def closes_a_block_of(event: Event, context: JudgeContext, types: list[str], lines: int,
