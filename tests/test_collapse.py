@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from slurm_attrib.engine.events import scan_evidence
-from slurm_attrib.engine.pipeline import _scanner, analyze_path
+from slurm_attrib.engine.pipeline import _scanner, analyze_path, judge_path
 from slurm_attrib.ingest.layout import load_evidence
 from slurm_attrib.ruleset.loader import load_rules
 from slurm_attrib.ruleset.scanner import Regex
@@ -118,13 +118,14 @@ def _judged(root, rule_id):
 def test_boot_relative_noise_is_one_event_per_side_once_placed(tmp_path):
     """dmesg's seconds-since-boot lines collapse per minute while the boot time is unknown; placed
     on the wall clock, the minutes in a row on one side of the job's window are one event, with
-    the count of that side and the time of its last line (join_minutes)."""
+    the count of that side and the time of its last line (join_minutes): as soon as the node's
+    own files are read, which give its boot time (scan_evidence)."""
     before = [3000 + 50 * n for n in range(6)]  # 12:50:00-12:54:10: before the window (13:00, 2 min slack)
     inside = [3700 + 100 * n for n in range(10)]  # 13:01:40-13:16:40
     dmesg = "".join(MONO_AER.format(t=float(t)) for t in before + inside)
     root = write_job(tmp_path, {"gpu02/dmesg.txt": dmesg, "gpu02/journal.txt": BOOT_PAIR})
     scanned = _events(root, "host.pcie_aer_corrected")
-    assert len(scanned) == 15  # one per minute while scanning
+    assert len(scanned) == 2  # the minutes joined once the node's files were read
     events = _judged(root, "host.pcie_aer_corrected")
     boot = scanned[0].time - before[0]
     assert [e.repeats for e in events] == [6, 10]
@@ -144,3 +145,39 @@ def test_noise_placed_through_the_same_line_elsewhere_joins_too(tmp_path):
     assert event.repeats == 12
     assert event.notes.get("time_from") == "boot time from the same line in another log"
     assert event.last_time - event.time == inside[-1] - inside[0]
+
+
+def test_the_minutes_join_alike_whether_a_node_is_settled_early_or_with_the_job(tmp_path):
+    """A job-level syslog may name any node, so with one no node is settled before the whole job is
+    read (scan_evidence): the events come out the same either way."""
+    before = [3000 + 50 * n for n in range(6)]
+    inside = [3700 + 100 * n for n in range(10)]
+    files = {"gpu02/dmesg.txt": "".join(MONO_AER.format(t=float(t)) for t in before + inside),
+             "gpu02/journal.txt": BOOT_PAIR}
+    early = _judged(write_job(tmp_path / "early", files), "host.pcie_aer_corrected")
+    files["syslog.txt"] = "2026-12-02T12:00:20+0000 head01 systemd[1]: Started Session 4 of user root.\n"
+    late_root = write_job(tmp_path / "late", files)
+    assert len(_events(late_root, "host.pcie_aer_corrected")) == 15  # one per minute while scanning
+    late = _judged(late_root, "host.pcie_aer_corrected")
+
+    def summary(events):
+        return [(e.line, e.repeats, e.time, e.last_time, e.mono) for e in events]
+
+    assert summary(early) == summary(late) and [e.repeats for e in early] == [6, 10]
+
+
+def test_a_line_of_the_job_output_never_sets_a_nodes_boot_clock(tmp_path):
+    """The pair that anchors a node's boot clock (anchor_boot_clock) is two lines of its kernel and
+    daemons' logs: the same kernel line printed in the job's output (anyone's words) moves no
+    dmesg line onto the wall clock, into or out of the job's window."""
+    dmesg = "[ 3650.000000] NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, Graphics Exception\n"
+    forged = "2026-12-02T13:00:50+0000 gpu02 kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, Graphics Exception\n"
+    own = write_job(tmp_path / "own", {"gpu02/dmesg.txt": dmesg, "gpu02/journal.txt": forged})
+    (placed,) = [e for e in judge_path(own)[1] if e.source.endswith("dmesg.txt")]
+    assert placed.time is not None  # the journal's copy anchors it
+    program = "".join(f"step {n}: loss 2.{n:02d}\n" for n in range(40))  # the job's output reads as the program's
+    output = write_job(tmp_path / "output", {"gpu02/dmesg.txt": dmesg, "slurm-1.out": program + forged})
+    job_output_events = [e for e in judge_path(output)[1] if e.source == "slurm-1.out"]
+    assert [e.node for e in job_output_events] == ["gpu02"]  # the line names the node ...
+    (unplaced,) = [e for e in judge_path(output)[1] if e.source.endswith("dmesg.txt")]
+    assert unplaced.time is None  # ... but is no second copy of its kernel's line

@@ -8,6 +8,7 @@ import os
 import re
 import threading
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +104,7 @@ INHERIT_LINES = 200
 # Sources of log lines, where a kernel message may stand beside (or be forged among) other lines;
 # probes (nvidia-smi, sysfs, metrics) print formats of their own.
 LOG_KINDS = ("kernel", "syslog", "app")
+CLOCK_KINDS = ("kernel", "syslog")  # the logs whose lines may set a node's boot clock (its boot time)
 
 
 def _last_seen_from(stamps: list[tuple[str, LineTime]], boot_times: dict[str, float]) -> dict[str, float]:
@@ -122,29 +124,78 @@ class ScanResult:
     boot_times: dict[str, float]
     last_seen: dict[str, float]
     minutes: list[list[Event]]  # per key, a collapsing rule's events of boot-relative lines, one per minute (join_minutes)
+    anchored: dict[str, float] = field(default_factory=dict)  # boot times anchored while scanning (anchor_boot_clock)
 
 
 def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, float] | None = None) -> ScanResult:
     """One pass over the evidence, one file at a time, a large file window by window: the events,
     the nodes' boot times (`boot_times` when given, else estimated from the same pass) and when
     each node was last seen.  Only one window of one file is in memory at a time (per process:
-    SATTRIB_SCAN_WORKERS shares the files out to worker processes, see _scan_files)."""
+    SATTRIB_SCAN_WORKERS shares the files out to worker processes, see _scan_files).
+    When each kernel and syslog file is one node's, a node's files are settled once its last one
+    is read (_settle): its per-minute events of boot-relative lines are joined then, not held until
+    the whole job is read (a quarter of a 4,096-node job's events)."""
     year = evidence_year(evidence)
-    scans = _scan_files(evidence, scanner, year, boot_times is None)
+    files = evidence.files
+    nodes_files = _files_of_each_node(files) if _clocks_in_own_files(files) else {}
     observations: dict[str, list[float]] = {}
-    for scan in scans:
+    scans: list[_FileScan] = []
+    settled: set[int] = set()
+    later_minutes: list[list[Event]] = []
+    anchored: dict[str, float] = {}
+    for scan in _scan_files(evidence, scanner, year, boot_times is None):
         merge_observations(observations, scan.observations)
+        scans.append(scan)
+        indexes = nodes_files.get(files[len(scans) - 1].node)
+        if indexes and indexes[-1] == len(scans) - 1:
+            node = files[indexes[0]].node
+            boots = boot_times if boot_times is not None else boot_times_from({node: observations.get(node, [])})
+            node_scans = [scans[index] for index in indexes]
+            later_minutes += _settle(node_scans, boots, evidence.job, anchored)
+            settled.update(indexes)
     boots = boot_times if boot_times is not None else boot_times_from(observations)
-    events: list[Event] = []
-    minutes: list[list[Event]] = []
+    later_minutes += _settle([scan for index, scan in enumerate(scans) if index not in settled], boots)
+    events = [event for scan in scans for event in scan.events]
+    stamps = [(source.node, scan.last) for source, scan in zip(files, scans) if source.node]
+    return ScanResult(events, boots, _last_seen_from(stamps, boots), later_minutes, anchored)
+
+
+def _settle(scans: list["_FileScan"], boots: dict[str, float], job: JobContext | None = None,
+            anchored: dict[str, float] | None = None) -> list[list[Event]]:
+    """Place files' events in time by their nodes' boot times.  With the job, the files are all
+    of one node's: its boot-relative lines are anchored through its own logs (anchor_boot_clock,
+    into `anchored`) and the runs of per-minute events whose every event is placed now are joined
+    (nothing later moves them: join_minutes gives the same then as after resolve_nodes).  The
+    runs left to join."""
     for scan in scans:
         for event in scan.events:
             _place_in_time(event, boots.get(event.node) if event.node else None)
-        minutes.extend(scan.minutes.values())
         _date_from_later_events(scan.events)
-        events.extend(scan.events)
-    stamps = [(source.node, scan.last) for source, scan in zip(evidence.files, scans) if source.node]
-    return ScanResult(events, boots, _last_seen_from(stamps, boots), minutes)
+    runs_of = [list(scan.minutes.values()) for scan in scans]
+    for scan in scans:
+        scan.minutes = {}
+    if job is None:
+        return [run for runs in runs_of for run in runs]
+    anchored.update(anchor_boot_clock([event for scan in scans for event in scan.events]))
+    left = []
+    for scan, runs in zip(scans, runs_of):
+        join_minutes(scan.events, [run for run in runs if all(event.time is not None for event in run)], job)
+        left += [run for run in runs if any(event.time is None for event in run)]
+    return left
+
+
+def _clocks_in_own_files(files: list[SourceFile]) -> bool:
+    """Whether the lines that set a node's clock (its boot time: kernel and syslog lines) are all
+    in its own files: no job-level syslog, which may name any node."""
+    return all(f.node is not None for f in files if f.kind in CLOCK_KINDS)
+
+
+def _files_of_each_node(files: list[SourceFile]) -> dict[str, list[int]]:
+    found: dict[str, list[int]] = defaultdict(list)
+    for index, source in enumerate(files):
+        if source.node is not None:
+            found[source.node].append(index)
+    return found
 
 
 @dataclass
@@ -164,7 +215,9 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
                fields_seen: dict[tuple, dict] | None = None) -> _FileScan:
     clock = FileClock(source, year)
     scan = _FileScan([], {}, NO_TIME)
-    collapsed: dict[tuple, Event] = {}
+    # per key, [its event, and in this window the offset and stamp of its last line so far (-1: none
+    # yet)]: a counted group's last line may lie past later hits
+    collapsed: dict[tuple, list] = {}
     tail, line, first_window = b"", 1, True
     for window in source.windows():
         clock.enter(window.data, window.offset)
@@ -176,7 +229,7 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
         if unsure:
             hits = sorted(hits + unsure, key=_offset_of)  # stable: a line's hits keep their order
         first_window = False
-        last_stamps: dict[int, tuple[int, Event, LineTime]] = {}  # by id(event): events compare by value
+        joined: list[list] = []  # the entries of `collapsed` whose events more lines joined in this window
         read_at = -1  # the offset of the line read last: the hits on one line share its time and origin
         items = heapq.merge(hits, counted, key=_offset_of) if counted else hits
         for item in items:
@@ -185,15 +238,18 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
             else:
                 hit = item
                 if hit.offset != read_at:
-                    read_at, first_line = hit.offset, hit.text.split("\n", 1)[0]
+                    read_at, first_line = hit.offset, hit.text
+                    if "\n" in first_line:
+                        first_line = first_line.partition("\n")[0]
                     stamp, inherited = clock.stamp_of(first_line, hit.offset)
                     origin = line_origin(first_line)
             key = _event_key(hit, origin, stamp, inherited, job)
             spec = hit.rule.event
-            if key in collapsed:
-                event = collapsed[key]
+            entry = None if key is None else collapsed.get(key)
+            if entry is not None:
+                event = entry[0]
                 event.repeats += 1
-                _note_last(last_stamps, event, hit.offset, stamp)
+                _note_last(joined, entry, hit.offset, stamp)
                 if spec.cascade is not None:
                     _join_cascade(event, hit, origin, source, stamp)
             else:
@@ -203,18 +259,19 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
                     event.fields = _one_copy(event.fields, fields_seen)
                 scan.events.append(event)
                 if key is not None:
-                    collapsed[key] = event
+                    entry = collapsed[key] = [event, -1, NO_TIME]
                     if spec.collapse is not None and key[5][0] == "mono" and key[5][1] is not None:
                         # _collapse_key's sixth part is the line's minute: the rest keys its run
                         scan.minutes.setdefault(key[:5] + key[6:], []).append(event)
                     if spec.cascade is not None:
                         event.ranks = {}
                         _join_cascade(event, hit, origin, source, stamp)
-            if item.__class__ is _Counted and item.lines > 1:  # the group's other lines join it
+            if item.__class__ is _Counted and item.lines > 1:  # the group's other lines join it (a key: it collapses)
                 event.repeats += item.lines - 1
-                _note_last(last_stamps, event, item.last, item.last_stamp)
-        for _, event, stamp in last_stamps.values():
-            event.last_time, event.last_mono = _stated(stamp)
+                _note_last(joined, entry, item.last, item.last_stamp)
+        for entry in joined:
+            entry[0].last_time, entry[0].last_mono = _stated(entry[2])
+            entry[1] = -1
         line += window.data.count(b"\n", window.begin, window.end)
         if want_boots and source.kind in ("kernel", "syslog"):
             boot_observations(window.data, window.begin, window.end, source.node, year, scan.observations)
@@ -234,21 +291,21 @@ WORKERS_VARIABLE = "SATTRIB_SCAN_WORKERS"  # a number; unset, empty or 1 scans i
 _FORKED: tuple | None = None  # what forked workers scan: (files, scanner, year, want_boots, job)
 
 
-def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boots: bool) -> list[_FileScan]:
-    """Per file, in file order, its scan: the same whether workers scanned it or this process."""
+def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boots: bool) -> Iterator[_FileScan]:
+    """Per file, in file order, its scan: the same whether workers scanned it or this process
+    (which gives each as soon as it is read)."""
     workers = _worker_count(evidence)
     if workers > 1:
         scans = _scan_in_workers(evidence, scanner, year, want_boots, workers)
         if scans is not None:
-            return scans
+            yield from scans
+            return
     counter = _counter(evidence, scanner, year)
     fields_seen: dict[tuple, dict] = {}
-    scans = []
     for i, source in enumerate(evidence.files):
         if counter is not None:
             counter.prepare(evidence.files, i)  # small files: counted many to one batch
-        scans.append(_scan_file(i, source, scanner, year, want_boots, evidence.job, counter, fields_seen))
-    return scans
+        yield _scan_file(i, source, scanner, year, want_boots, evidence.job, counter, fields_seen)
 
 
 def _one_copy(fields: dict, seen: dict[tuple, dict]) -> dict:
@@ -316,12 +373,12 @@ def _offset_of(item: Hit | _Counted) -> int:
     return item.offset
 
 
-def _note_last(last_stamps: dict[int, tuple[int, Event, LineTime]], event: Event, offset: int,
-               stamp: LineTime) -> None:
-    """The stamp of the event's last line so far (a group's last line may lie past later hits)."""
-    known = last_stamps.get(id(event))
-    if known is None or offset > known[0]:
-        last_stamps[id(event)] = (offset, event, stamp)
+def _note_last(joined: list[list], entry: list, offset: int, stamp: LineTime) -> None:
+    """The offset and stamp of the last line so far that joined an entry's event (_scan_file)."""
+    if entry[1] < 0:
+        joined.append(entry)
+    if offset > entry[1]:
+        entry[1], entry[2] = offset, stamp
 
 
 @dataclass(slots=True)
@@ -602,26 +659,44 @@ def _body(line: str, literals: list[str]) -> str:
     return line[min(starts):] if starts else line
 
 
-def anchor_boot_clock(events: list[Event]) -> None:
+def anchor_boot_clock(events: list[Event], anchored: dict[str, float] | None = None) -> dict[str, float]:
     """Place seconds-since-boot lines on the wall clock through a second copy of the same lines.
 
     The same kernel message often sits in dmesg (seconds since boot) and in syslog or the journal
-    (wall clock); each such pair on one node gives that node's boot time.
+    (wall clock); each such pair on one node gives that node's boot time.  Only lines of the
+    kernel's and the daemons' logs pair: a line of the job's output may be anyone's words.
+    `anchored`: the boot times of nodes anchored before (scan_evidence, through their own files),
+    which place their other lines.  The boot times it anchored by.
     """
     # A pair is one line whose body the seconds-since-boot log holds once: a collapsed event there
     # (repeats > 1) stands for several lines.  A collapsed event of the wall-clock log keeps its
     # first line's text and time, which is one sample: the corrected-error noise of a node's
     # journal pairs with the same lines of its raw dmesg (else their counts would all seem to fall
     # inside the job's window).  The median of a node's pairs outvotes a line dmesg lost.
-    unplaced = [e for e in events if e.time is None and e.mono is not None and not e.time_inherited and e.repeats == 1]
-    if not unplaced:
-        return  # most jobs: every node's boot time was known from its own logs
+    boots = {}
+    unplaced = [e for e in events if e.time is None and e.mono is not None and not e.time_inherited
+                and e.repeats == 1 and e.kind in CLOCK_KINDS]
+    if unplaced:
+        boots = _boots_from_pairs(events, unplaced)
+    boots.update(anchored or {})
+    if not boots:
+        return boots  # most jobs: every node's boot time was known from its own logs
+    for event in events:
+        if event.time is None and event.mono is not None and event.node in boots:
+            event.time = sane_time(boots[event.node] + event.mono)
+            event.notes["time_from"] = "boot time from the same line in another log"
+            if event.last_time is None and event.last_mono is not None:
+                event.last_time = sane_time(boots[event.node] + event.last_mono)
+    return boots
+
+
+def _boots_from_pairs(events: list[Event], unplaced: list[Event]) -> dict[str, float]:
     wanted = {(e.node, e.rule_id) for e in unplaced}
     copies = Counter((e.node, e.rule_id, e.body) for e in unplaced)
     walls: dict[tuple, list[float]] = defaultdict(list)
     for event in events:
         if (event.mono is None and event.time is not None and event.node and not event.time_inherited
-                and (event.node, event.rule_id) in wanted):
+                and event.kind in CLOCK_KINDS and (event.node, event.rule_id) in wanted):
             walls[(event.node, event.rule_id, event.body)].append(event.time)
     offsets: dict[str, list[float]] = defaultdict(list)
     for event in unplaced:
@@ -629,13 +704,7 @@ def anchor_boot_clock(events: list[Event]) -> None:
         matches = walls.get(key, [])
         if len(matches) == 1 and copies[key] == 1:
             offsets[event.node].append(matches[0] - event.mono)
-    boots = {node: sorted(values)[len(values) // 2] for node, values in offsets.items()}
-    for event in events:
-        if event.time is None and event.mono is not None and event.node in boots:
-            event.time = sane_time(boots[event.node] + event.mono)
-            event.notes["time_from"] = "boot time from the same line in another log"
-            if event.last_time is None and event.last_mono is not None:
-                event.last_time = sane_time(boots[event.node] + event.last_mono)
+    return {node: sorted(values)[len(values) // 2] for node, values in offsets.items()}
 
 
 def date_onsets(events: list[Event], last_seen: dict[str, float]) -> None:

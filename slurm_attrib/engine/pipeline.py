@@ -70,7 +70,7 @@ def _analyze(evidence: Evidence, scanner: Scanner, rule_dirs: tuple[Path, ...]) 
     # hostmap reads only small files (streamed ones are larger): do not read those again.
     held = Evidence(evidence.root, evidence.job, [f for f in evidence.files if not f.streamed], evidence.coverage)
     resolve_nodes(events, evidence.job, ip_host_pairs(held))
-    anchor_boot_clock(events)
+    anchor_boot_clock(events, scanned.anchored)
     join_minutes(events, scanned.minutes, evidence.job)
     date_onsets(events, scanned.last_seen)
     fired = sorted({e.rule_id for e in events})
