@@ -34,6 +34,7 @@ from slurm_attrib.ingest.timestamps import (
 from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
 from slurm_attrib.provenance import Provenance, supports_verdict
 from slurm_attrib.ruleset.scanner import Hit, Scanner
+from slurm_attrib.ruleset.spec import Rule
 from slurm_attrib.timebounds import sane_time
 
 
@@ -50,11 +51,46 @@ class RankShare:
     lines: int = 1
 
 
+class _NoNotes(dict):
+    """The notes of an event that has none: one shared, read-only dict (Event.note writes)."""
+
+    __slots__ = ()
+    __hash__ = object.__hash__  # a dataclass field's default must be hashable (immutable)
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("an event's notes are written with Event.note()")
+
+    __setitem__ = __delitem__ = __ior__ = pop = popitem = setdefault = update = clear = _refuse
+
+    def __reduce__(self):
+        return _no_notes, ()
+
+
+NO_NOTES = _NoNotes()
+
+
+def _no_notes() -> _NoNotes:
+    return NO_NOTES
+
+
+@dataclass(frozen=True, slots=True)
+class EventHead:
+    """What an event's rule says of every line it reads, shared by the rule's events (a 4,096-node
+    job holds 230,000 events of a few dozen rules)."""
+    title: str
+    type: str
+    kernel_side: bool = False  # the rule reads kernel messages: anywhere but the kernel's own log, a claim
+    literals: list[str] = field(default_factory=list)  # the rule's match.contains: where its message begins
+    fallback: bool = False  # from a second-look rule: a lead, not a finding
+    onset: str | None = None  # the rule's event.onset: how the failure the line reports is dated
+    reports_on: str | None = None  # the rule's event.reports_on: "named_node" (the node it names) or "job" (some node)
+    vendor: str | None = None  # the rule's event.vendor: the GPU's maker when not NVIDIA
+
+
 @dataclass(slots=True)
 class Event:
     rule_id: str
-    title: str
-    type: str
+    head: EventHead
     domain: str
     category: str | None
     role: str
@@ -66,29 +102,68 @@ class Event:
     kind: str
     provenance: Provenance
     trusted: bool  # provenance.supports_verdict: may support a drain, a fleet strike, `confirmed`
-    kernel_side: bool  # the rule reads kernel messages: anywhere but the kernel's own log, a claim
     order: tuple[int, int]  # (file index, line): the order of lines that have no time
     time: float | None = None  # UNIX seconds, UTC
     time_inherited: bool = False  # taken from a nearby line of the same file
     mono: float | None = None  # seconds since boot, for kernel lines not yet placed on the wall clock
-    literals: list[str] = field(default_factory=list)  # the rule's match.contains: where its message begins
     node: str | None = None
     host: str | None = None  # host named by the line itself (prefix, syslog field, Slurm banner)
     rank: int | None = None
     task: int | None = None  # srun task number (`srun --label` prefix, `srun: error: node: task N`)
     fields: dict[str, Any] = field(default_factory=dict)
-    notes: dict[str, Any] = field(default_factory=dict)
+    notes: dict[str, Any] = NO_NOTES  # written with note(): most events have none
     explained_by: "Event | None" = None
-    fallback: bool = False  # from a second-look rule: a lead, not a finding
     repeats: int = 1  # lines this event stands for (a collapsing rule's hits, event.collapse)
     last_time: float | None = None  # with repeats: the time of the last of them, when it has its own
     last_mono: float | None = None  # ... and its seconds since boot, while not placed on the wall clock
     ranks: dict[int, RankShare] | None = None  # a cascade's event (rule event.cascade): its ranks' lines
-    decided_by: list[str] = field(default_factory=list)  # ids of the relations that changed it, in order
+    decided_by: list[str] | tuple = ()  # ids of the relations that changed it, in order (decide())
     chosen: bool = False  # the cause the ranking chose: what the link stratum's relations read
-    onset: str | None = None  # the rule's event.onset: how the failure the line reports is dated
-    reports_on: str | None = None  # the rule's event.reports_on: "named_node" (the node it names) or "job" (some node)
-    vendor: str | None = None  # the rule's event.vendor: the GPU's maker when not NVIDIA
+
+    def note(self, key: str, value: Any) -> None:
+        if self.notes is NO_NOTES:
+            self.notes = {}
+        self.notes[key] = value
+
+    def drop_note(self, key: str) -> None:
+        if key in self.notes:
+            del self.notes[key]
+
+    def decide(self, relation_id: str) -> None:
+        """Record that a relation changed the event."""
+        self.decided_by = [*self.decided_by, relation_id]
+
+    @property
+    def title(self) -> str:
+        return self.head.title
+
+    @property
+    def type(self) -> str:
+        return self.head.type
+
+    @property
+    def kernel_side(self) -> bool:
+        return self.head.kernel_side
+
+    @property
+    def literals(self) -> list[str]:
+        return self.head.literals
+
+    @property
+    def fallback(self) -> bool:
+        return self.head.fallback
+
+    @property
+    def onset(self) -> str | None:
+        return self.head.onset
+
+    @property
+    def reports_on(self) -> str | None:
+        return self.head.reports_on
+
+    @property
+    def vendor(self) -> str | None:
+        return self.head.vendor
 
     @property
     def body(self) -> str:
@@ -535,6 +610,21 @@ def _place_in_time(event: Event, boot: float | None) -> None:
             event.time, event.time_inherited = stated, False
 
 
+_HEADS: dict[int, tuple[Rule, EventHead]] = {}  # by id(rule), the rule kept so that its id is not reused
+
+
+def _head_of(rule: Rule) -> EventHead:
+    known = _HEADS.get(id(rule))
+    if known is None:
+        if len(_HEADS) >= 65536:
+            _HEADS.clear()  # rule packs loaded again and again (a service's reloads): start over
+        event = rule.event
+        head = EventHead(rule.title, event.type, "kernel" in rule.sources, rule.match.contains, event.fallback,
+                         event.onset, event.reports_on, event.vendor)
+        known = _HEADS[id(rule)] = (rule, head)
+    return known[1]
+
+
 def _event_from_hit(hit: Hit, source: SourceFile, index: int, first_line: str, origin: Origin, inherited: bool) -> Event:
     """The event of one hit, not yet placed in time (see scan_evidence): its line's first line,
     origin (line_origin) and whether its time is inherited are read once per line by _scan_file."""
@@ -542,8 +632,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, first_line: str, o
     filed_under = _filed_under(origin, first_line, source)
     event = Event(
         rule_id=hit.rule.id,
-        title=hit.rule.title,
-        type=hit.rule.event.type,
+        head=_head_of(hit.rule),
         domain=hit.domain,
         category=hit.category,
         role=hit.role,
@@ -556,16 +645,10 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, first_line: str, o
         provenance=source.provenance,
         trusted=supports_verdict(source.provenance, kernel_side and source.kind in LOG_KINDS, filed_under,
                                  source.root_senders),
-        kernel_side=kernel_side,
         order=(index, hit.lineno),
         time_inherited=inherited,
         fields=hit.fields,
-        notes=dict(hit.notes),
-        fallback=hit.rule.event.fallback,
-        literals=hit.rule.match.contains,
-        onset=hit.rule.event.onset,
-        reports_on=hit.rule.event.reports_on,
-        vendor=hit.rule.event.vendor,
+        notes=dict(hit.notes) if hit.notes else NO_NOTES,
     )
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host
     event.rank = _rank_of(hit, origin)
@@ -684,7 +767,7 @@ def anchor_boot_clock(events: list[Event], anchored: dict[str, float] | None = N
     for event in events:
         if event.time is None and event.mono is not None and event.node in boots:
             event.time = sane_time(boots[event.node] + event.mono)
-            event.notes["time_from"] = "boot time from the same line in another log"
+            event.note("time_from", "boot time from the same line in another log")
             if event.last_time is None and event.last_mono is not None:
                 event.last_time = sane_time(boots[event.node] + event.last_mono)
     return boots
@@ -715,7 +798,7 @@ def date_onsets(events: list[Event], last_seen: dict[str, float]) -> None:
         silent_since = last_seen.get(event.node or "") if event.onset == "node_last_seen" else None
         if silent_since is not None and (event.time is None or silent_since < event.time):
             event.time = silent_since  # still inferred: no line of the node states the moment
-            event.notes["time_from"] = "when its node was last seen (the line reports its failure later)"
+            event.note("time_from", "when its node was last seen (the line reports its failure later)")
 
 
 def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str] | None = None) -> None:
@@ -777,7 +860,7 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             event.node = _of_the_job(ip_to_node[event.fields["ip"]], job_nodes, event)  # a report naming its node by address
         peer = _peer_of(event, ip_to_node, rank_to_node, known)
         if peer and peer != event.node:
-            event.notes["peer_node"] = peer
+            event.note("peer_node", peer)
 
 
 def ranks_of(event: Event) -> list[int]:
@@ -803,7 +886,7 @@ def _cascade_parts(event: Event, rank_to_node: dict[int, str]) -> list[Event]:
     for node, ranks in by_node.items():
         rank, first = min(ranks.items(), key=lambda item: item[1].lineno)
         part = copy.copy(event)
-        part.fields, part.notes, part.decided_by = dict(event.fields), dict(event.notes), list(event.decided_by)
+        part.fields, part.notes = dict(event.fields), dict(event.notes) if event.notes else NO_NOTES
         part.node, part.rank, part.ranks = node, rank, ranks
         part.repeats = sum(share.lines for share in ranks.values()) + (unranked if event.rank in ranks else 0)
         part.order, part.line, part.text = (event.order[0], first.lineno), first.line, first.text
@@ -840,7 +923,7 @@ def _of_the_job(node: str, job_nodes: frozenset[str], event: Event) -> str | Non
     """A host a line names is the event's node only when it is a node of the job (when the job's
     nodes are known): a line may name any host, and it never makes another node a culprit."""
     if job_nodes and node not in job_nodes:
-        event.notes["named_outside_job"] = node
+        event.note("named_outside_job", node)
         return None
     return node
 
@@ -872,7 +955,7 @@ def _nodes_of_failed_tasks(events: list[Event]) -> None:
         report = _failed_task_report_near(event, reports)
         if report is not None:
             event.node = report.node
-            event.notes["node_from"] = f"the task srun reported failing next to it ({report.source}:{report.line})"
+            event.note("node_from", f"the task srun reported failing next to it ({report.source}:{report.line})")
 
 
 def _failed_task_report_near(event: Event, reports: list[Event]) -> Event | None:

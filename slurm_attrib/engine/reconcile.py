@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from slurm_attrib.engine.events import Event
+from slurm_attrib.engine.events import Event, EventHead
 from slurm_attrib.engine.jobwindow import PENDING_AGAIN
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.provenance import supports_verdict
@@ -42,8 +42,7 @@ def job_state_events(evidence: Evidence) -> list[Event]:
     return [
         Event(
             rule_id="slurm.job_state",
-            title=f"Slurm job state {state}",
-            type="job_state",
+            head=EventHead(f"Slurm job state {state}", "job_state"),
             domain=entry["domain"],
             category=entry["category"],
             role="cause",
@@ -55,7 +54,6 @@ def job_state_events(evidence: Evidence) -> list[Event]:
             kind="job",
             provenance=job.provenance,
             trusted=supports_verdict(job.provenance, reads_kernel=False),
-            kernel_side=False,
             order=(-1, 0),
             time=job.end if entry["dated"] == "job_end" else None,
         )

@@ -128,14 +128,14 @@ def _apply(effect: Effect, event: Event, relation: Relation) -> None:
     if effect.role is not None:
         event.role = effect.role
     if effect.keeps_reading and event.category is not None:
-        event.notes[OTHER_READING] = event.category
+        event.note(OTHER_READING, event.category)
     if effect.category is not None:
         event.domain, event.category = DOMAIN_OF_CATEGORY[effect.category], effect.category
     if effect.strength is not None:
         event.strength = effect.strength
     for key in effect.clear:
-        event.notes.pop(key, None)
-    event.decided_by.append(relation.id)
+        event.drop_note(key)
+    event.decide(relation.id)
 
 
 def suppress(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = ()) -> None:
@@ -160,7 +160,7 @@ def _suppress_in_rounds(events: list[Event], context: JudgeContext, rounds: list
                     if reason is not None:
                         decisions.append((relation, event, reason))
         for relation, event, reason in decisions:
-            event.notes[relation.note] = relation.says or reason
+            event.note(relation.note, relation.says or reason)
             _demote(relation.set, event, relation)
     context.memo.clear()
 
@@ -207,13 +207,13 @@ def rank_roots(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path
     origins = [_origin(r, events, candidates) for r in loaded if r.kind == "origin"]
     for relation, first, category, demoted in (o for o in origins if o is not None):
         first.role, first.domain, first.category = "cause", DOMAIN_OF_CATEGORY[category], category
-        first.notes[relation.note] = relation.says
+        first.note(relation.note, relation.says)
         if category in relation.hints:
-            first.notes["hint"] = relation.hints[category]
-        first.decided_by.append(relation.id)
+            first.note("hint", relation.hints[category])
+        first.decide(relation.id)
         for event in demoted:
             event.role, event.explained_by = "symptom", first
-            event.decided_by.append(relation.id)
+            event.decide(relation.id)
     _suppress_in_rounds(events, context, suppress_rounds(loaded, after_roots=True))
     context.memo.clear()
 
@@ -272,7 +272,7 @@ def _demote(effect: Effect, event: Event, relation: Relation) -> None:
         event.role = effect.role
     if effect.strength is not None:
         event.strength = min(event.strength, effect.strength)
-    event.decided_by.append(relation.id)
+    event.decide(relation.id)
 
 
 def aggregate(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, ...] = (),
@@ -289,7 +289,7 @@ def aggregate(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path,
         promotions += _promotions(relation, candidates.of(relation.events), context)
     for relation, first, says in promotions:
         _apply(relation.promote, first, relation)
-        first.notes[relation.note] = says
+        first.note(relation.note, says)
     return [first for _, first, _ in promotions]
 
 
@@ -382,8 +382,8 @@ def explain(events: list[Event], context: JudgeContext, rule_dirs: tuple[Path, .
         reached = [chosen] if edges is None else sorted({e[2].id: e[2] for e in edges}.values(), key=lambda r: r.id)
         for relation in reached:
             if relation.note:
-                effect.notes[relation.note] = relation.says
-            effect.decided_by.append(relation.id)
+                effect.note(relation.note, relation.says)
+            effect.decide(relation.id)
 
 
 def _set_cause(relation: Relation, cause: Event, effect: Event) -> None:
@@ -400,7 +400,7 @@ def _set_cause(relation: Relation, cause: Event, effect: Event) -> None:
     if change.time_from == "effect" and cause.time is None and effect.time is not None:
         cause.time, cause.time_inherited = effect.time, True
     if relation.id not in cause.decided_by:
-        cause.decided_by.append(relation.id)
+        cause.decide(relation.id)
 
 
 def _edges(relation: Relation, events: list[Event]) -> list[tuple[Event, Event]]:
