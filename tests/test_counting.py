@@ -60,7 +60,7 @@ def event_rows(found) -> list[tuple]:
             if field.name == "explained_by":
                 value = None if value is None else value.order
             elif field.name == "ranks" and value is not None:
-                value = [(rank, dataclasses.astuple(share)) for rank, share in value.items()]  # in order
+                value = [(rank, share and dataclasses.astuple(share)) for rank, share in value.items()]  # in order
             values.append((field.name, value))
         return tuple(values)
 

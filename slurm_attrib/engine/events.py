@@ -40,14 +40,15 @@ from slurm_attrib.timebounds import sane_time
 
 @dataclass(slots=True)
 class RankShare:
-    """The lines of one rank in a cascade's event: how many, and the first one's line number in
-    the file (and in the original, for a merged source), time and, when the line names no task or
-    host (its node is known only once ranks map to nodes), text."""
+    """The lines of one rank in a cascade's event whose lines name no task or host (its node is
+    known only once ranks map to nodes, and the event is split by node then: _cascade_parts): how
+    many, and the first one's line number in the file (and in the original, for a merged source),
+    time and text."""
     lineno: int
     line: int
     time: float | None  # the first line's time (UNIX seconds, UTC), once placed (scan_evidence)
     mono: float | None  # ... its seconds since boot, while not placed on the wall clock
-    text: str | None
+    text: str
     lines: int = 1
 
 
@@ -116,7 +117,10 @@ class Event:
     repeats: int = 1  # lines this event stands for (a collapsing rule's hits, event.collapse)
     last_time: float | None = None  # with repeats: the time of the last of them, when it has its own
     last_mono: float | None = None  # ... and its seconds since boot, while not placed on the wall clock
-    ranks: dict[int, RankShare] | None = None  # a cascade's event (rule event.cascade): its ranks' lines
+    # a cascade's event (rule event.cascade): its ranks, with their lines when these name no task
+    # or host (None: the rank alone, which is all the judgement reads of it; 32,768 ranks' shares
+    # were a tenth of a 4,096-node job's memory)
+    ranks: dict[int, RankShare | None] | None = None
     decided_by: list[str] | tuple = ()  # ids of the relations that changed it, in order (decide())
     chosen: bool = False  # the cause the ranking chose: what the link stratum's relations read
 
@@ -600,7 +604,7 @@ def _place_in_time(event: Event, boot: float | None) -> None:
         if event.last_time is None and event.last_mono is not None:
             event.last_time = sane_time(boot + event.last_mono)
         for share in (event.ranks or {}).values():
-            if share.time is None and share.mono is not None:
+            if share is not None and share.time is None and share.mono is not None:
                 share.time = sane_time(boot + share.mono)
     stated_at = event.fields.get("at")
     if event.time_inherited and stated_at:
@@ -705,18 +709,19 @@ def _when(stamp: LineTime, job: JobContext) -> tuple:
 def _join_cascade(event: Event, hit: Hit, origin: Origin, source: SourceFile, stamp: LineTime) -> None:
     """Count the hit's line under its rank in the cascade's event (hits come in file order: a
     rank's first line is its first hit).  A line that names no task or host (a host field is in
-    the key: schema) may come from any node: its rank keeps its first line's text, for the part of
-    the event split off for the rank's node (resolve_nodes)."""
+    the key: schema) may come from any node: its rank keeps its lines' count and its first line,
+    for the part of the event split off for the rank's node (resolve_nodes); any other line, only
+    its rank."""
     rank = _rank_of(hit, origin)
     if rank is None:
         return
     share = event.ranks.get(rank)
     if share is not None:
         share.lines += 1
-    else:
+    elif rank not in event.ranks:
         placed = origin.task is not None or bool(origin.host or hit.fields.get("host") or hit.fields.get("node"))
-        event.ranks[rank] = RankShare(hit.lineno, source.original_line(hit.lineno), *_stated(stamp),
-                                      None if placed else hit.text)
+        event.ranks[rank] = None if placed else RankShare(
+            hit.lineno, source.original_line(hit.lineno), *_stated(stamp), hit.text)
 
 
 def _filed_under(origin, line: str, source: SourceFile) -> str | None:
@@ -874,8 +879,8 @@ def _cascade_parts(event: Event, rank_to_node: dict[int, str]) -> list[Event]:
     """A cascade's event of lines that named no task or host, as one event per node its ranks ran
     on (their lines, first line and time; ranks of no known node together); any other event as it is."""
     shares = event.ranks
-    if not shares or len(shares) < 2 or next(iter(shares.values())).text is None:
-        return [event]
+    if not shares or len(shares) < 2 or next(iter(shares.values())) is None:
+        return [event]  # its ranks' lines named their nodes (one key: all of them or none)
     by_node: dict[str | None, dict[int, RankShare]] = defaultdict(dict)
     for rank, share in shares.items():
         by_node[rank_to_node.get(rank)][rank] = share
