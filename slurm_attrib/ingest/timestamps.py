@@ -101,6 +101,16 @@ def _frac(text: str | None) -> float:
 
 
 def _zone_offset(zone: str | None) -> int:
+    offset = _ZONE_OFFSETS.get(zone)
+    if offset is None:
+        offset = _ZONE_OFFSETS[zone] = _read_zone_offset(zone)  # at most a few thousand zones exist
+    return offset
+
+
+_ZONE_OFFSETS: dict[str | None, int] = {}
+
+
+def _read_zone_offset(zone: str | None) -> int:
     if not zone or zone == "Z":
         return 0
     sign = -1 if zone[0] == "-" else 1
@@ -112,12 +122,38 @@ def _zone_offset(zone: str | None) -> int:
 
 def _wall(year: int, month: int, day: int, hour: int, minute: int, second: int, frac: float,
           offset: int = 0) -> float | None:
+    whole = _whole_seconds(year, month, day, hour, minute, second)
+    return None if whole is None else sane_time(whole + frac - offset)
+
+
+def _whole_seconds(year: int, month: int, day: int, hour: int, minute: int, second: int) -> int | None:
+    """UNIX seconds of a time of day, before its fraction and zone (None: no such time)."""
     if not (hour <= 23 and minute <= 59 and second <= 60):
         return None
     midnight = _midnight(year, month, day)
     if midnight is None:
         return None
-    return sane_time(midnight + hour * 3600 + minute * 60 + second + frac - offset)
+    return midnight + hour * 3600 + minute * 60 + second
+
+
+# The whole seconds of the stamps read so far, by their text from the year (ISO) or month (glog,
+# with the year it is read in) to the second: a log's lines share a few seconds (every rank of a
+# job times out within one), and reading the numbers was most of reading a stamp.
+_SECONDS_OF_TEXT: dict[tuple, int | None] = {}
+MAX_SECONDS_KEPT = 16384  # about 2.5 MB at most
+_UNREAD = object()
+
+
+def _seconds_of(m: re.Match, first_group: str, year: int | None) -> int | None:
+    key = (year, m.string[m.start(first_group):m.end("S")])
+    whole = _SECONDS_OF_TEXT.get(key, _UNREAD)
+    if whole is _UNREAD:
+        if len(_SECONDS_OF_TEXT) >= MAX_SECONDS_KEPT:
+            _SECONDS_OF_TEXT.clear()
+        whole = _whole_seconds(year if year is not None else int(m["y"]), int(m["m"]), int(m["d"]),
+                               int(m["H"]), int(m["M"]), int(m["S"]))
+        _SECONDS_OF_TEXT[key] = whole
+    return whole
 
 
 @lru_cache(maxsize=4096)
@@ -133,8 +169,13 @@ def _mono(text: str) -> float | None:
 
 
 def _from_iso(m: re.Match) -> float | None:
-    return _wall(int(m["y"]), int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]), int(m["S"]),
-                 _frac(m["frac"]), _zone_offset(m["zone"]))
+    whole = _seconds_of(m, "y", None)
+    return None if whole is None else sane_time(whole + _frac(m["frac"]) - _zone_offset(m["zone"]))
+
+
+def _from_glog(m: re.Match, year: int) -> float | None:
+    whole = _seconds_of(m, "m", year)
+    return None if whole is None else sane_time(whole + _frac(m["frac"]))
 
 
 def _from_month_name(m: re.Match, year_hint: int | None) -> float | None:
@@ -180,8 +221,7 @@ def parse_line_time(text: str, year_hint: int | None) -> LineTime:
         if m is not None:
             if year_hint is None:
                 return NO_TIME
-            return LineTime(_wall(year_hint, int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]),
-                                  int(m["S"]), _frac(m["frac"])), None)
+            return LineTime(_from_glog(m, year_hint), None)
     if first in "MTWFS":
         m = _CTIME.match(text, pos)
         if m is not None:
@@ -228,8 +268,7 @@ def _bracketed(text: str, pos: int, year_hint: int | None) -> LineTime:
         if m is not None:
             if year_hint is None:
                 return NO_TIME
-            return LineTime(_wall(year_hint, int(m["m"]), int(m["d"]), int(m["H"]), int(m["M"]),
-                                  int(m["S"]), _frac(m["frac"])), None)
+            return LineTime(_from_glog(m, year_hint), None)
     if first in "JFMASOND":  # [Dec  2 13:04:06] and similar; Fabric Manager's [Dec 02 2026 13:04:06]
         m = _BSD.match(text, inner) or _MDY.match(text, inner)
         if m is not None:
