@@ -291,7 +291,7 @@ class _FileScan:
 
 def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | None, want_boots: bool,
                job: JobContext, counter: NoiseCounter | None = None,
-               fields_seen: dict[tuple, dict] | None = None) -> _FileScan:
+               fields_seen: dict[int, dict] | None = None) -> _FileScan:
     clock = FileClock(source, year)
     scan = _FileScan([], {}, NO_TIME)
     # per key, [its event, and in this window the offset and stamp of its last line so far (-1: none
@@ -380,23 +380,27 @@ def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boo
             yield from scans
             return
     counter = _counter(evidence, scanner, year)
-    fields_seen: dict[tuple, dict] = {}
+    fields_seen: dict[int, dict] = {}
     for i, source in enumerate(evidence.files):
         if counter is not None:
             counter.prepare(evidence.files, i)  # small files: counted many to one batch
         yield _scan_file(i, source, scanner, year, want_boots, evidence.job, counter, fields_seen)
 
 
-def _one_copy(fields: dict, seen: dict[tuple, dict]) -> dict:
+def _one_copy(fields: dict, seen: dict[int, dict]) -> dict:
     """One dict for the events whose fields are the same, in the same order: a node's noise names
     the devices every node has (`0000:3b:00`), so a many-node job's events repeat a few thousand
     field sets (a tenth of the scan's memory at 4,096 nodes).  An event's fields are read, never
-    changed (a cascade's part split off for a node gets its own copy, _cascade_parts)."""
+    changed (a cascade's part split off for a node gets its own copy, _cascade_parts).  The dicts
+    are kept by the hash of their items, not by a tuple of them (the tuples took 20 MB at 4,096
+    nodes); a dict whose hash another holds is compared item by item, and kept apart if it differs."""
+    items = tuple(fields.items())
     try:
-        key = tuple(fields.items())
-        return seen.setdefault(key, fields)
+        key = hash(items)
     except TypeError:  # an unhashable value: its own dict
         return fields
+    known = seen.setdefault(key, fields)
+    return known if known is fields or tuple(known.items()) == items else fields
 
 
 def _counter(evidence: Evidence, scanner: Scanner, year: int | None) -> NoiseCounter | None:
