@@ -37,7 +37,7 @@ events are the same, field for field (tests/test_counting.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -254,14 +254,15 @@ class NoiseCounter:
             return [], sorted(window.rest + self._planned(window), key=_first)
         return self._run([window])[file]
 
-    def prepare(self, files: list, position: int) -> None:
-        """Count ahead the small files (one window each) from files[position] on, together, until
+    def prepare(self, files: list, order: Sequence[int], position: int) -> None:
+        """Count ahead the small files (one window each) to be scanned from order[position] on
+        (`order`: the numbers of `files` in the order they are scanned), together, until
         BATCH_LINES lines are planned."""
-        if self.stopped or position in self._prepared or not _one_window(files[position]):
+        if self.stopped or order[position] in self._prepared or not _one_window(files[order[position]]):
             return
         windows: list[_Window] = []
         planned = held = 0
-        for file in range(position, len(files)):
+        for file in (order[k] for k in range(position, len(order))):
             source = files[file]
             if not _one_window(source) or source.kind not in COUNTED_KINDS:
                 continue

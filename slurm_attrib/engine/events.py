@@ -52,8 +52,10 @@ class RankShare:
     lines: int = 1
 
 
-class _NoNotes(dict):
-    """The notes of an event that has none: one shared, read-only dict (Event.note writes)."""
+class _SharedNotes(dict):
+    """Notes that events share, read-only (Event.note writes a new set): most events have none,
+    and the rest a few sets (`outside_window: before the job started`); a dict per event took
+    10 MB at 4,096 nodes."""
 
     __slots__ = ()
     __hash__ = object.__hash__  # a dataclass field's default must be hashable (immutable)
@@ -64,14 +66,30 @@ class _NoNotes(dict):
     __setitem__ = __delitem__ = __ior__ = pop = popitem = setdefault = update = clear = _refuse
 
     def __reduce__(self):
-        return _no_notes, ()
+        return _shared_notes, (tuple(self.items()),)
 
 
-NO_NOTES = _NoNotes()
+NO_NOTES = _SharedNotes()
+_NOTES: dict[tuple, _SharedNotes] = {(): NO_NOTES}
 
 
-def _no_notes() -> _NoNotes:
-    return NO_NOTES
+def _shared_notes(items: tuple) -> dict[str, Any]:
+    """The one shared copy of these notes (their own dict when a value is unhashable)."""
+    try:
+        shared = _NOTES.get(items)
+    except TypeError:
+        return dict(items)
+    if shared is None:
+        if len(_NOTES) >= 4096:
+            _NOTES.clear()
+            _NOTES[()] = NO_NOTES
+        shared = _NOTES[items] = _SharedNotes(items)
+    return shared
+
+
+# The sequences of relations that decided events, one copy each: the same few decide a many-node
+# job's noise (a list per event took 10 MB at 4,096 nodes).
+_DECIDED: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +130,7 @@ class Event:
     rank: int | None = None
     task: int | None = None  # srun task number (`srun --label` prefix, `srun: error: node: task N`)
     fields: dict[str, Any] = field(default_factory=dict)
-    notes: dict[str, Any] = NO_NOTES  # written with note(): most events have none
+    notes: dict[str, Any] = NO_NOTES  # written with note() (shared sets: _SharedNotes)
     explained_by: "Event | None" = None
     repeats: int = 1  # lines this event stands for (a collapsing rule's hits, event.collapse)
     last_time: float | None = None  # with repeats: the time of the last of them, when it has its own
@@ -121,21 +139,24 @@ class Event:
     # or host (None: the rank alone, which is all the judgement reads of it; 32,768 ranks' shares
     # were a tenth of a 4,096-node job's memory)
     ranks: dict[int, RankShare | None] | None = None
-    decided_by: list[str] | tuple = ()  # ids of the relations that changed it, in order (decide())
+    decided_by: tuple[str, ...] = ()  # ids of the relations that changed it, in order (decide())
     chosen: bool = False  # the cause the ranking chose: what the link stratum's relations read
 
     def note(self, key: str, value: Any) -> None:
-        if self.notes is NO_NOTES:
-            self.notes = {}
-        self.notes[key] = value
+        notes = dict(self.notes)
+        notes[key] = value
+        self.notes = _shared_notes(tuple(notes.items()))
 
     def drop_note(self, key: str) -> None:
         if key in self.notes:
-            del self.notes[key]
+            self.notes = _shared_notes(tuple((k, v) for k, v in self.notes.items() if k != key))
 
     def decide(self, relation_id: str) -> None:
         """Record that a relation changed the event."""
-        self.decided_by = [*self.decided_by, relation_id]
+        decided = (*self.decided_by, relation_id)
+        if len(_DECIDED) >= 4096:
+            _DECIDED.clear()
+        self.decided_by = _DECIDED.setdefault(decided, decided)
 
     @property
     def title(self) -> str:
@@ -217,26 +238,35 @@ def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, fl
     year = evidence_year(evidence)
     files = evidence.files
     nodes_files = _files_of_each_node(files) if _clocks_in_own_files(files) else {}
-    observations: dict[str, list[float]] = {}
-    scans: list[_FileScan] = []
-    settled: set[int] = set()
+    scans: list[_FileScan | None] = [None] * len(files)
     later_minutes: list[list[Event]] = []
     anchored: dict[str, float] = {}
-    for scan in _scan_files(evidence, scanner, year, boot_times is None):
-        merge_observations(observations, scan.observations)
-        scans.append(scan)
-        indexes = nodes_files.get(files[len(scans) - 1].node)
-        if indexes and indexes[-1] == len(scans) - 1:
-            node = files[indexes[0]].node
-            boots = boot_times if boot_times is not None else boot_times_from({node: observations.get(node, [])})
-            node_scans = [scans[index] for index in indexes]
-            later_minutes += _settle(node_scans, boots, evidence.job, anchored)
-            settled.update(indexes)
+    for index, scan in _scan_files(evidence, scanner, year, boot_times is None, _scan_order(files)):
+        scans[index] = scan
+        indexes = nodes_files.get(files[index].node)
+        if indexes and indexes[-1] == index:  # a node's files are scanned in their order
+            own: dict[str, list[float]] = {}
+            for one in indexes:
+                merge_observations(own, scans[one].observations)
+            boots = boot_times if boot_times is not None else boot_times_from(own)
+            later_minutes += _settle([scans[one] for one in indexes], boots, evidence.job, anchored)
+    observations: dict[str, list[float]] = {}
+    for scan in scans:
+        merge_observations(observations, scan.observations)  # in file order: at most so many pairs a node
     boots = boot_times if boot_times is not None else boot_times_from(observations)
+    settled = {index for indexes in nodes_files.values() for index in indexes}
     later_minutes += _settle([scan for index, scan in enumerate(scans) if index not in settled], boots)
     events = [event for scan in scans for event in scan.events]
     stamps = [(source.node, scan.last) for source, scan in zip(files, scans) if source.node]
     return ScanResult(events, boots, _last_seen_from(stamps, boots), later_minutes, anchored)
+
+
+def _scan_order(files: list[SourceFile]) -> list[int]:
+    """The job's own files first (its output, the controller's logs), then the nodes' files, each in
+    file order: a job output's scan holds the keys of its events until it ends (40 MB for 32,768
+    ranks), which costs least before the nodes' events are held."""
+    return ([index for index, source in enumerate(files) if source.node is None]
+            + [index for index, source in enumerate(files) if source.node is not None])
 
 
 def _settle(scans: list["_FileScan"], boots: dict[str, float], job: JobContext | None = None,
@@ -370,21 +400,23 @@ WORKERS_VARIABLE = "SATTRIB_SCAN_WORKERS"  # a number; unset, empty or 1 scans i
 _FORKED: tuple | None = None  # what forked workers scan: (files, scanner, year, want_boots, job)
 
 
-def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boots: bool) -> Iterator[_FileScan]:
-    """Per file, in file order, its scan: the same whether workers scanned it or this process
-    (which gives each as soon as it is read)."""
+def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boots: bool,
+                order: list[int]) -> Iterator[tuple[int, _FileScan]]:
+    """Per file, its number and its scan, the files in `order`: the same whether workers scanned
+    it or this process (which gives each as soon as it is read)."""
     workers = _worker_count(evidence)
     if workers > 1:
         scans = _scan_in_workers(evidence, scanner, year, want_boots, workers)
         if scans is not None:
-            yield from scans
+            yield from ((index, scans[index]) for index in order)
             return
     counter = _counter(evidence, scanner, year)
     fields_seen: dict[int, dict] = {}
-    for i, source in enumerate(evidence.files):
+    for position, index in enumerate(order):
         if counter is not None:
-            counter.prepare(evidence.files, i)  # small files: counted many to one batch
-        yield _scan_file(i, source, scanner, year, want_boots, evidence.job, counter, fields_seen)
+            counter.prepare(evidence.files, order, position)  # small files: counted many to one batch
+        yield index, _scan_file(index, evidence.files[index], scanner, year, want_boots, evidence.job, counter,
+                                fields_seen)
 
 
 def _one_copy(fields: dict, seen: dict[int, dict]) -> dict:
@@ -656,7 +688,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, first_line: str, o
         order=(index, hit.lineno),
         time_inherited=inherited,
         fields=hit.fields,
-        notes=dict(hit.notes) if hit.notes else NO_NOTES,
+        notes=_shared_notes(tuple(hit.notes.items())) if hit.notes else NO_NOTES,
     )
     event.host = hit.fields.get("node") or hit.fields.get("host") or origin.host
     event.rank = _rank_of(hit, origin)
@@ -895,7 +927,7 @@ def _cascade_parts(event: Event, rank_to_node: dict[int, str]) -> list[Event]:
     for node, ranks in by_node.items():
         rank, first = min(ranks.items(), key=lambda item: item[1].lineno)
         part = copy.copy(event)
-        part.fields, part.notes = dict(event.fields), dict(event.notes) if event.notes else NO_NOTES
+        part.fields = dict(event.fields)
         part.node, part.rank, part.ranks = node, rank, ranks
         part.repeats = sum(share.lines for share in ranks.values()) + (unranked if event.rank in ranks else 0)
         part.order, part.line, part.text = (event.order[0], first.lineno), first.line, first.text
