@@ -321,7 +321,7 @@ class _FileScan:
 
 def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | None, want_boots: bool,
                job: JobContext, counter: NoiseCounter | None = None,
-               fields_seen: dict[int, dict] | None = None) -> _FileScan:
+               shared: _Shared | None = None) -> _FileScan:
     clock = FileClock(source, year)
     scan = _FileScan([], {}, NO_TIME)
     # per key, [its event, and in this window the offset and stamp of its last line so far (-1: none
@@ -362,10 +362,12 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
                 if spec.cascade is not None:
                     _join_cascade(event, hit, origin, source, stamp)
             else:
+                if shared is not None:
+                    hit.fields = shared.fields_of(hit.fields)
                 event = _event_from_hit(hit, source, index, first_line, origin, inherited)
                 event.time, event.mono = _stated(stamp)
-                if fields_seen is not None:
-                    event.fields = _one_copy(event.fields, fields_seen)
+                if shared is not None and event.host is not None:
+                    event.host = shared.value(event.host)
                 scan.events.append(event)
                 if key is not None:
                     entry = collapsed[key] = [event, -1, NO_TIME]
@@ -411,28 +413,46 @@ def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boo
             yield from ((index, scans[index]) for index in order)
             return
     counter = _counter(evidence, scanner, year)
-    fields_seen: dict[int, dict] = {}
+    shared = _Shared()
     for position, index in enumerate(order):
         if counter is not None:
             counter.prepare(evidence.files, order, position)  # small files: counted many to one batch
         yield index, _scan_file(index, evidence.files[index], scanner, year, want_boots, evidence.job, counter,
-                                fields_seen)
+                                shared)
 
 
-def _one_copy(fields: dict, seen: dict[int, dict]) -> dict:
-    """One dict for the events whose fields are the same, in the same order: a node's noise names
-    the devices every node has (`0000:3b:00`), so a many-node job's events repeat a few thousand
-    field sets (a tenth of the scan's memory at 4,096 nodes).  An event's fields are read, never
-    changed (a cascade's part split off for a node gets its own copy, _cascade_parts).  The dicts
-    are kept by the hash of their items, not by a tuple of them (the tuples took 20 MB at 4,096
-    nodes); a dict whose hash another holds is compared item by item, and kept apart if it differs."""
-    items = tuple(fields.items())
-    try:
-        key = hash(items)
-    except TypeError:  # an unhashable value: its own dict
+@dataclass
+class _Shared:
+    """What the events of a scan share, one copy each: field dicts and values.  A node's noise
+    names the devices every node has (`0000:3b:00`), so a many-node job's events repeat a few
+    thousand field sets, and their values (an operation's name, a timeout, a host) many times
+    more (a fifth of the scan's memory at 4,096 nodes).  An event's fields are read, never changed
+    (a cascade's part split off for a node gets its own copy, _cascade_parts)."""
+    dicts: dict[int, dict] = field(default_factory=dict)  # by the hash of their items (a tuple of them took 20 MB)
+    values: dict[tuple, Any] = field(default_factory=dict)  # by type and value: 1, 1.0 and True stay apart
+
+    def fields_of(self, fields: dict) -> dict:
+        """The shared dict of these fields, in the same order (a dict whose hash another holds is
+        compared item by item, and kept apart if it differs); a new one's values shared."""
+        items = tuple(fields.items())
+        try:
+            key = hash(items)
+        except TypeError:  # an unhashable value: its own dict
+            return fields
+        known = self.dicts.setdefault(key, fields)
+        if known is not fields:
+            return known if tuple(known.items()) == items else fields
+        for name, value in items:
+            fields[name] = self.value(value)
         return fields
-    known = seen.setdefault(key, fields)
-    return known if known is fields or tuple(known.items()) == items else fields
+
+    def value(self, value: Any) -> Any:
+        if len(self.values) >= MAX_SHARED_VALUES:
+            self.values.clear()
+        return self.values.setdefault((value.__class__, value), value)
+
+
+MAX_SHARED_VALUES = 65536  # hostile input may print any number of values: started over then (~5 MB)
 
 
 def _counter(evidence: Evidence, scanner: Scanner, year: int | None) -> NoiseCounter | None:
