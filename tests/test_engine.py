@@ -827,3 +827,32 @@ def test_a_job_that_requeued_itself_at_the_time_limit_warning_ended_by_the_time_
               "bypassing sigterm\nslurmstepd: error: *** JOB 77 ON gpu01 CANCELLED AT 2026-12-02T13:29:30 DUE TO JOB REQUEUE ***\n")
     diagnosis = analyze_path(write_job(tmp_path, {"slurm-77.out": output}, state="REQUEUED", exit_code="0:15"))
     assert (diagnosis.domain, diagnosis.category) == ("scheduler", "time_limit"), diagnosis.summary
+
+
+def test_events_share_their_notes_and_decisions_without_seeing_each_others_changes():
+    """Notes and decided_by are shared sets (a many-node job's events repeat a few): a write on
+    one event makes it a new set and leaves every other event's as it was."""
+    import pickle
+
+    import pytest
+
+    from slurm_attrib.engine.events import NO_NOTES
+
+    first, second = _cause("first", 100.0), _cause("second", 101.0)
+    assert first.notes is NO_NOTES and first.decided_by == ()
+    with pytest.raises(TypeError):
+        first.notes["outside_window"] = "before the job started"  # a shared set is never written in place
+    for event in (first, second):
+        event.note("outside_window", "before the job started")
+        event.decide("window.outside_job")
+    assert first.notes is second.notes and first.decided_by is second.decided_by  # one copy each
+    first.note("time_from", "boot time from the same line in another log")
+    first.decide("window.teardown")
+    assert second.notes == {"outside_window": "before the job started"}
+    assert second.decided_by == ("window.outside_job",)
+    assert first.decided_by == ("window.outside_job", "window.teardown")
+    first.drop_note("outside_window")
+    assert first.notes == {"time_from": "boot time from the same line in another log"}
+    assert second.notes == {"outside_window": "before the job started"}
+    assert pickle.loads(pickle.dumps(second)).notes == second.notes  # worker processes send events back
+    assert pickle.loads(pickle.dumps(NO_NOTES)) is NO_NOTES
