@@ -394,9 +394,11 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
 
 # Worker processes (forked from this one, inheriting the compiled rule pack) scan a job's files
 # only when SATTRIB_SCAN_WORKERS asks for more than one.  They do not pay by default: every event
-# is pickled back to this process, and on the realistic corpora (benchmarks/realistic.py) two
-# workers cost 1.7x the CPU and 1.6x the peak memory of one process for a slower wall time
-# (4,096 nodes, 32,767 ranks timing out: 68 s CPU and 1.76 GB against 39 s and 1.07 GB).
+# is pickled back to this process, which then holds the workers' copies apart (what the scan
+# shares, _Shared, is shared within a worker only).  On the realistic corpora (benchmarks/
+# realistic.py, the twenty-third session) two workers took 0.70x the wall time for 1.09x the CPU
+# and twice the peak memory of one process at 4,096 nodes (25.7 s, 38.8 s, 642 MB against 36.8 s,
+# 35.7 s, 320 MB), and on 32,768 ranks in one job output 1.3x the CPU for 0.93x the wall.
 MAX_WORKERS = 4
 WORKERS_VARIABLE = "SATTRIB_SCAN_WORKERS"  # a number; unset, empty or 1 scans in this process only
 _FORKED: tuple | None = None  # what forked workers scan: (files, scanner, year, want_boots, job)
