@@ -38,6 +38,7 @@ events are the same, field for field (tests/test_counting.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import islice
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -262,7 +263,7 @@ class NoiseCounter:
             return
         windows: list[_Window] = []
         planned = held = 0
-        for file in (order[k] for k in range(position, len(order))):
+        for file in islice(order, position, None):
             source = files[file]
             if not _one_window(source) or source.kind not in COUNTED_KINDS:
                 continue

@@ -70,21 +70,29 @@ class _SharedNotes(dict):
 
 
 NO_NOTES = _SharedNotes()
-_NOTES: dict[tuple, _SharedNotes] = {(): NO_NOTES}
+MAX_SHARED = 65536  # copies kept per kind: hostile input may hold any number of values (started over then)
+
+
+def _one_copy(kept: dict, key: Any, value: Any) -> Any:
+    """The copy `kept` holds under `key`, `value` itself when it holds none yet."""
+    if len(kept) >= MAX_SHARED:
+        kept.clear()
+    return kept.setdefault(key, value)
+
+
+_NOTES: dict[tuple, _SharedNotes] = {}
 
 
 def _shared_notes(items: tuple) -> dict[str, Any]:
     """The one shared copy of these notes (their own dict when a value is unhashable)."""
+    if not items:
+        return NO_NOTES
     try:
-        shared = _NOTES.get(items)
+        hash(items)
     except TypeError:
         return dict(items)
-    if shared is None:
-        if len(_NOTES) >= 4096:
-            _NOTES.clear()
-            _NOTES[()] = NO_NOTES
-        shared = _NOTES[items] = _SharedNotes(items)
-    return shared
+    shared = _NOTES.get(items)
+    return shared if shared is not None else _one_copy(_NOTES, items, _SharedNotes(items))
 
 
 # The sequences of relations that decided events, one copy each: the same few decide a many-node
@@ -154,9 +162,7 @@ class Event:
     def decide(self, relation_id: str) -> None:
         """Record that a relation changed the event."""
         decided = (*self.decided_by, relation_id)
-        if len(_DECIDED) >= 4096:
-            _DECIDED.clear()
-        self.decided_by = _DECIDED.setdefault(decided, decided)
+        self.decided_by = _one_copy(_DECIDED, decided, decided)
 
     @property
     def title(self) -> str:
@@ -233,7 +239,7 @@ def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, fl
     each node was last seen.  Only one window of one file is in memory at a time (per process:
     SATTRIB_SCAN_WORKERS shares the files out to worker processes, see _scan_files).
     When each kernel and syslog file is one node's, a node's files are settled once its last one
-    is read (_settle): its per-minute events of boot-relative lines are joined then, not held until
+    is read (_settle_node): its per-minute events of boot-relative lines are joined then, not held until
     the whole job is read (a quarter of a 4,096-node job's events)."""
     year = evidence_year(evidence)
     files = evidence.files
@@ -249,13 +255,13 @@ def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, fl
             for one in indexes:
                 merge_observations(own, scans[one].observations)
             boots = boot_times if boot_times is not None else boot_times_from(own)
-            later_minutes += _settle([scans[one] for one in indexes], boots, evidence.job, anchored)
+            later_minutes += _settle_node([scans[one] for one in indexes], boots, evidence.job, anchored)
     observations: dict[str, list[float]] = {}
     for scan in scans:
         merge_observations(observations, scan.observations)  # in file order: at most so many pairs a node
     boots = boot_times if boot_times is not None else boot_times_from(observations)
     settled = {index for indexes in nodes_files.values() for index in indexes}
-    later_minutes += _settle([scan for index, scan in enumerate(scans) if index not in settled], boots)
+    later_minutes += _place([scan for index, scan in enumerate(scans) if index not in settled], boots)
     events = [event for scan in scans for event in scan.events]
     stamps = [(source.node, scan.last) for source, scan in zip(files, scans) if source.node]
     return ScanResult(events, boots, _last_seen_from(stamps, boots), later_minutes, anchored)
@@ -269,28 +275,35 @@ def _scan_order(files: list[SourceFile]) -> list[int]:
             + [index for index, source in enumerate(files) if source.node is not None])
 
 
-def _settle(scans: list["_FileScan"], boots: dict[str, float], job: JobContext | None = None,
-            anchored: dict[str, float] | None = None) -> list[list[Event]]:
-    """Place files' events in time by their nodes' boot times.  With the job, the files are all
-    of one node's: its boot-relative lines are anchored through its own logs (anchor_boot_clock,
-    into `anchored`) and the runs of per-minute events whose every event is placed now are joined
-    (nothing later moves them: join_minutes gives the same then as after resolve_nodes).  The
-    runs left to join."""
+def _place(scans: list["_FileScan"], boots: dict[str, float]) -> list[list[Event]]:
+    """Place files' events in time by their nodes' boot times; their runs of per-minute events,
+    handed over to be joined (join_minutes)."""
+    runs = []
     for scan in scans:
         for event in scan.events:
             _place_in_time(event, boots.get(event.node) if event.node else None)
         _date_from_later_events(scan.events)
-    runs_of = [list(scan.minutes.values()) for scan in scans]
-    for scan in scans:
+        runs += scan.minutes.values()
         scan.minutes = {}
-    if job is None:
-        return [run for runs in runs_of for run in runs]
-    anchored.update(anchor_boot_clock([event for scan in scans for event in scan.events]))
-    left = []
-    for scan, runs in zip(scans, runs_of):
-        join_minutes(scan.events, [run for run in runs if all(event.time is not None for event in run)], job)
-        left += [run for run in runs if any(event.time is None for event in run)]
-    return left
+    return runs
+
+
+def _settle_node(scans: list["_FileScan"], boots: dict[str, float], job: JobContext,
+                 anchored: dict[str, float]) -> list[list[Event]]:
+    """Place one node's files' events, anchor its boot-relative lines through its own logs
+    (anchor_boot_clock, into `anchored`) and join the runs of per-minute events whose every event
+    is placed now (nothing later moves them: join_minutes gives the same then as after
+    resolve_nodes).  The runs left to join."""
+    runs = _place(scans, boots)
+    events = [event for scan in scans for event in scan.events]
+    anchored.update(anchor_boot_clock(events))
+    placed = [run for run in runs if all(event.time is not None for event in run)]
+    join_minutes(events, placed, job)
+    if len(events) < sum(len(scan.events) for scan in scans):
+        kept = set(map(id, events))
+        for scan in scans:
+            scan.events = [event for event in scan.events if id(event) in kept]
+    return [run for run in runs if any(event.time is None for event in run)]
 
 
 def _clocks_in_own_files(files: list[SourceFile]) -> bool:
@@ -384,7 +397,7 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
             entry[0].last_time, entry[0].last_mono = _stated(entry[2])
             entry[1] = -1
         line += window.data.count(b"\n", window.begin, window.end)
-        if want_boots and source.kind in ("kernel", "syslog"):
+        if want_boots and source.kind in CLOCK_KINDS:
             boot_observations(window.data, window.begin, window.end, source.node, year, scan.observations)
         if window.last:
             tail = window.data
@@ -449,12 +462,7 @@ class _Shared:
         return fields
 
     def value(self, value: Any) -> Any:
-        if len(self.values) >= MAX_SHARED_VALUES:
-            self.values.clear()
-        return self.values.setdefault((value.__class__, value), value)
-
-
-MAX_SHARED_VALUES = 65536  # hostile input may print any number of values: started over then (~5 MB)
+        return _one_copy(self.values, (value.__class__, value), value)
 
 
 def _counter(evidence: Evidence, scanner: Scanner, year: int | None) -> NoiseCounter | None:

@@ -173,9 +173,12 @@ def _from_iso(m: re.Match) -> float | None:
     return None if whole is None else sane_time(whole + _frac(m["frac"]) - _zone_offset(m["zone"]))
 
 
-def _from_glog(m: re.Match, year: int) -> float | None:
-    whole = _seconds_of(m, "m", year)
-    return None if whole is None else sane_time(whole + _frac(m["frac"]))
+def _glog_time(m: re.Match, year_hint: int | None) -> LineTime:
+    """A glog stamp's time (it names no year: none without the year the log is read in)."""
+    if year_hint is None:
+        return NO_TIME
+    whole = _seconds_of(m, "m", year_hint)
+    return LineTime(None if whole is None else sane_time(whole + _frac(m["frac"])), None)
 
 
 def _from_month_name(m: re.Match, year_hint: int | None) -> float | None:
@@ -219,9 +222,7 @@ def parse_line_time(text: str, year_hint: int | None) -> LineTime:
     if first in "IWEFD":
         m = _GLOG.match(text, pos)
         if m is not None:
-            if year_hint is None:
-                return NO_TIME
-            return LineTime(_from_glog(m, year_hint), None)
+            return _glog_time(m, year_hint)
     if first in "MTWFS":
         m = _CTIME.match(text, pos)
         if m is not None:
@@ -266,9 +267,7 @@ def _bracketed(text: str, pos: int, year_hint: int | None) -> LineTime:
     if first in "IWEFD":  # PyTorch glog: [E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629]
         m = _GLOG.match(text, inner)
         if m is not None:
-            if year_hint is None:
-                return NO_TIME
-            return LineTime(_from_glog(m, year_hint), None)
+            return _glog_time(m, year_hint)
     if first in "JFMASOND":  # [Dec  2 13:04:06] and similar; Fabric Manager's [Dec 02 2026 13:04:06]
         m = _BSD.match(text, inner) or _MDY.match(text, inner)
         if m is not None:
