@@ -735,12 +735,12 @@ def test_a_node_failure_reported_later_is_dated_when_its_node_went_silent():
 
 
 def _cause(name, time, strength=2, trusted=True, line=1):
-    from slurm_attrib.engine.events import Event, EventHead
+    from slurm_attrib.engine.events import Event, EventHead, FileHead
     from slurm_attrib.provenance import Provenance
 
     return Event(rule_id=name, head=EventHead(name, "t", kernel_side=True), domain="gpu", category="gpu_hardware_other",
-                 role="cause", severity="error", strength=strength, source="dmesg.txt", line=line, text=name,
-                 kind="kernel", provenance=Provenance.KERNEL, trusted=trusted, order=(0, line), time=time)
+                 role="cause", severity="error", strength=strength, file=FileHead("dmesg.txt", "kernel", Provenance.KERNEL, 0),
+                 line=line, text=name, trusted=trusted, time=time)
 
 
 def test_the_roots_rank_by_one_key_moment_strength_time_trust_then_order():

@@ -114,6 +114,17 @@ class EventHead:
     vendor: str | None = None  # the rule's event.vendor: the GPU's maker when not NVIDIA
 
 
+@dataclass(frozen=True, slots=True)
+class FileHead:
+    """What an event's file says of every line it holds, shared by the file's events (a 4,096-node
+    job's 230,000 events came from 8,194 files)."""
+    rel: str  # the file's path in the evidence: the contract's evidence `source`
+    kind: str
+    provenance: Provenance
+    index: int  # the file's number in the evidence (-1: the job's record): the first part of an event's order
+    line_offset: int = 0  # the original's lines before the kept data's first (SourceFile.line_offset)
+
+
 @dataclass(slots=True)
 class Event:
     rule_id: str
@@ -123,13 +134,10 @@ class Event:
     role: str
     severity: str
     strength: int
-    source: str
-    line: int
+    file: FileHead
+    line: int  # in the original file
     text: str
-    kind: str
-    provenance: Provenance
     trusted: bool  # provenance.supports_verdict: may support a drain, a fleet strike, `confirmed`
-    order: tuple[int, int]  # (file index, line): the order of lines that have no time
     time: float | None = None  # UNIX seconds, UTC
     time_inherited: bool = False  # taken from a nearby line of the same file
     mono: float | None = None  # seconds since boot, for kernel lines not yet placed on the wall clock
@@ -163,6 +171,23 @@ class Event:
         """Record that a relation changed the event."""
         decided = (*self.decided_by, relation_id)
         self.decided_by = _one_copy(_DECIDED, decided, decided)
+
+    @property
+    def source(self) -> str:
+        return self.file.rel
+
+    @property
+    def kind(self) -> str:
+        return self.file.kind
+
+    @property
+    def provenance(self) -> Provenance:
+        return self.file.provenance
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """(file index, line number in the kept data): the order of lines that have no time."""
+        return (self.file.index, self.line - self.file.line_offset)
 
     @property
     def title(self) -> str:
@@ -337,6 +362,7 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
                shared: _Shared | None = None) -> _FileScan:
     clock = FileClock(source, year)
     scan = _FileScan([], {}, NO_TIME)
+    file = FileHead(source.rel, source.kind, source.provenance, index, source.line_offset or 0)
     # per key, [its event, and in this window the offset and stamp of its last line so far (-1: none
     # yet)]: a counted group's last line may lie past later hits
     collapsed: dict[tuple, list] = {}
@@ -377,7 +403,7 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
             else:
                 if shared is not None:
                     hit.fields = shared.fields_of(hit.fields)
-                event = _event_from_hit(hit, source, index, first_line, origin, inherited)
+                event = _event_from_hit(hit, source, file, first_line, origin, inherited)
                 event.time, event.mono = _stated(stamp)
                 if shared is not None and event.host is not None:
                     event.host = shared.value(event.host)
@@ -695,7 +721,8 @@ def _head_of(rule: Rule) -> EventHead:
     return known[1]
 
 
-def _event_from_hit(hit: Hit, source: SourceFile, index: int, first_line: str, origin: Origin, inherited: bool) -> Event:
+def _event_from_hit(hit: Hit, source: SourceFile, file: FileHead, first_line: str, origin: Origin,
+                    inherited: bool) -> Event:
     """The event of one hit, not yet placed in time (see scan_evidence): its line's first line,
     origin (line_origin) and whether its time is inherited are read once per line by _scan_file."""
     kernel_side = "kernel" in hit.rule.sources
@@ -708,14 +735,11 @@ def _event_from_hit(hit: Hit, source: SourceFile, index: int, first_line: str, o
         role=hit.role,
         severity=hit.severity,
         strength=hit.strength,
-        source=source.rel,
+        file=file,
         line=source.original_line(hit.lineno),
         text=hit.text,
-        kind=source.kind,
-        provenance=source.provenance,
         trusted=supports_verdict(source.provenance, kernel_side and source.kind in LOG_KINDS, filed_under,
                                  source.root_senders),
-        order=(index, hit.lineno),
         time_inherited=inherited,
         fields=hit.fields,
         notes=_shared_notes(tuple(hit.notes.items())) if hit.notes else NO_NOTES,
@@ -904,11 +928,11 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             event.node = _of_the_job(matched[event.host], job_nodes, event)
     rank_to_node: dict[int, str] = {}
     task_to_node: dict[int, str] = {}
-    for event in sorted(events, key=lambda e: e.order):
-        if event.node and event.host:
+    for event in sorted((e for e in events if e.node and (_ranked(e) or e.task is not None)), key=lambda e: e.order):
+        if event.host:
             for rank in ranks_of(event):
                 rank_to_node.setdefault(rank, event.node)
-        if event.node and event.task is not None:
+        if event.task is not None:
             task_to_node.setdefault(event.task, event.node)
     for event in events:
         if event.node is None and event.rank is not None:
@@ -922,9 +946,9 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             event.node = stored_on.get(id(event))
     known = {e.node for e in events if e.node} | set(job.nodes)
     ip_to_node = {ip: match_host(host, known) for ip, host in (ip_hosts or {}).items()}
-    for event in sorted(events, key=lambda e: e.order):
+    for event in sorted((e for e in events if e.type == "nccl_ip"), key=lambda e: e.order):
         ip = event.fields.get("ip")
-        if event.type == "nccl_ip" and ip and event.node:
+        if ip and event.node:
             ip_to_node.setdefault(ip, event.node)
     for event in events:
         if event.node is None and event.reports_on == "named_node" and event.fields.get("ip") in ip_to_node:
@@ -932,6 +956,11 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
         peer = _peer_of(event, ip_to_node, rank_to_node, known)
         if peer and peer != event.node:
             event.note("peer_node", peer)
+
+
+def _ranked(event: Event) -> bool:
+    """Whether the event stands for some rank's lines (ranks_of is not empty)."""
+    return bool(event.ranks) or event.rank is not None
 
 
 def ranks_of(event: Event) -> list[int]:
@@ -960,7 +989,7 @@ def _cascade_parts(event: Event, rank_to_node: dict[int, str]) -> list[Event]:
         part.fields = dict(event.fields)
         part.node, part.rank, part.ranks = node, rank, ranks
         part.repeats = sum(share.lines for share in ranks.values()) + (unranked if event.rank in ranks else 0)
-        part.order, part.line, part.text = (event.order[0], first.lineno), first.line, first.text
+        part.line, part.text = first.line, first.text
         if "rank" in part.fields:
             part.fields["rank"] = rank
         times = [share.time for share in ranks.values() if share.time is not None]
@@ -1049,7 +1078,7 @@ BLOCK_REACH = {"node_block": 60, "failure_entry": 5}
 def _inherit_block_hosts(events: list[Event]) -> None:
     """Lines inside a block that names its host (BLOCK_REACH) belong to that host."""
     block: tuple[int, int, str, int] | None = None  # (file, line, host, reach) of the open block
-    for event in sorted(events, key=lambda e: e.order):
+    for event in sorted((e for e in events if e.host is None or e.type in BLOCK_REACH), key=lambda e: e.order):
         if event.type in BLOCK_REACH and event.host:
             block = (event.order[0], event.order[1], event.host, BLOCK_REACH[event.type])
         elif block and event.host is None and event.order[0] == block[0] and event.order[1] - block[1] <= block[3]:

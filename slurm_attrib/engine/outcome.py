@@ -40,10 +40,9 @@ class OutcomeContext:
 
 def _rank_nodes(events: list[Event]) -> dict[int, str]:
     ranks: dict[int, str] = {}
-    for event in sorted(events, key=lambda e: e.order):
-        if event.node:
-            for rank in ranks_of(event):
-                ranks.setdefault(rank, event.node)
+    for event in sorted((e for e in events if e.node and (e.ranks or e.rank is not None)), key=lambda e: e.order):
+        for rank in ranks_of(event):
+            ranks.setdefault(rank, event.node)
     return ranks
 
 

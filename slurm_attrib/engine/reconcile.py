@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from slurm_attrib.engine.events import Event, EventHead
+from slurm_attrib.engine.events import Event, EventHead, FileHead
 from slurm_attrib.engine.jobwindow import PENDING_AGAIN
 from slurm_attrib.ingest.types import Evidence, JobContext
 from slurm_attrib.provenance import supports_verdict
@@ -48,13 +48,10 @@ def job_state_events(evidence: Evidence) -> list[Event]:
             role="cause",
             severity="error",
             strength=entry["strength"],
-            source=source,
+            file=FileHead(source, "job", job.provenance, index=-1),
             line=_line_of(evidence, source, '"state"'),
             text=f"state: {job.state}",
-            kind="job",
-            provenance=job.provenance,
             trusted=supports_verdict(job.provenance, reads_kernel=False),
-            order=(-1, 0),
             time=job.end if entry["dated"] == "job_end" else None,
         )
     ]

@@ -22,7 +22,9 @@ their reason under the relation's `note` key, as the passes they replace did.
 
 from __future__ import annotations
 
+import heapq
 import re
+from array import array
 from collections import defaultdict
 from functools import cache, cached_property
 from pathlib import Path
@@ -85,49 +87,56 @@ class _Candidates:
     def __init__(self, events: list[Event]):
         self.events = events
 
-    def _index(self, key: Callable[[Event], str]) -> dict[str, list[int]]:
-        found: dict[str, list[int]] = defaultdict(list)
-        for position, event in zip(self._positions, self.events):
-            found[key(event)].append(position)
+    def _index(self, key: Callable[[Event], str]) -> dict[str, array]:
+        """Per key, the positions of its events, ascending; machine ints, not int objects (the
+        three indexes of a 4,096-node job held 230,000 of those, 9 MB)."""
+        found: dict[str, array] = {}
+        for position, event in enumerate(self.events):
+            positions = found.get(name := key(event))
+            if positions is None:
+                positions = found[name] = array("q")
+            positions.append(position)
         return found
 
     @cached_property
-    def _positions(self) -> list[int]:
-        """The events' positions, made once: the indexes share them (a 4,096-node job's three
-        indexes held 690,000 ints of their own, 20 MB)."""
-        return list(range(len(self.events)))
-
-    @cached_property
-    def by_type(self) -> dict[str, list[int]]:
+    def by_type(self) -> dict[str, array]:
         return self._index(lambda e: e.type)
 
     @cached_property
-    def by_rule(self) -> dict[str, list[int]]:
+    def by_rule(self) -> dict[str, array]:
         return self._index(lambda e: e.rule_id)
 
     @cached_property
-    def by_role(self) -> dict[str, list[int]]:
+    def by_role(self) -> dict[str, array]:
         return self._index(lambda e: e.role)
 
     @cached_property
-    def chosen(self) -> list[int]:
-        return [position for position, event in enumerate(self.events) if event.chosen]
+    def chosen(self) -> array:
+        return array("q", (position for position, event in enumerate(self.events) if event.chosen))
 
     def of(self, *matchers: EventMatch) -> list[Event]:
-        positions: set[int] = set()
+        runs: list[array] = []  # each ascending; a position may be in several (one per matcher at most)
         for match in matchers:
             if match.chosen:
-                positions.update(self.chosen)
+                runs.append(self.chosen)
             elif match.rule:
-                positions.update(p for rule in match.rule for p in self.by_rule.get(rule, ()))
+                runs += [self.by_rule[rule] for rule in match.rule if rule in self.by_rule]
             elif match.type:
-                positions.update(p for kind in match.type for p in self.by_type.get(kind, ()))
+                runs += [self.by_type[kind] for kind in match.type if kind in self.by_type]
             elif match.role and set(match.role) <= set(DEMOTION):
                 weakest = min(DEMOTION.index(role) for role in match.role)
-                positions.update(p for role in DEMOTION[weakest:] for p in self.by_role.get(role, ()))
+                runs += [self.by_role[role] for role in DEMOTION[weakest:] if role in self.by_role]
             else:
                 return self.events
-        return [self.events[p] for p in sorted(positions)]
+        events, last = self.events, -1
+        if len(runs) == 1:
+            return [events[position] for position in runs[0]]
+        found = []
+        for position in heapq.merge(*runs):  # in the events' order, each once, without a set of them all
+            if position != last:
+                found.append(events[position])
+                last = position
+        return found
 
 
 def _apply(effect: Effect, event: Event, relation: Relation) -> None:
