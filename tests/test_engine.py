@@ -740,7 +740,7 @@ def _cause(name, time, strength=2, trusted=True, line=1):
 
     return Event(rule_id=name, head=EventHead(name, "t", kernel_side=True), domain="gpu", category="gpu_hardware_other",
                  role="cause", severity="error", strength=strength, file=FileHead("dmesg.txt", "kernel", Provenance.KERNEL, 0),
-                 line=line, text=name, trusted=trusted, time=time)
+                 line=line, line_text=name, trusted=trusted, time=time)
 
 
 def test_the_roots_rank_by_one_key_moment_strength_time_trust_then_order():

@@ -254,3 +254,63 @@ def test_a_truncated_gzip_stream_is_read_as_far_as_it_goes(tmp_path, monkeypatch
     kept = b"".join(bytes(w.data[w.begin:w.end]) for w in readers.iter_windows(tmp_path / "log.gz", probe.start,
                                                                                  probe.size, compressed=True))
     assert len(kept) == probe.size and content.startswith(kept)
+
+
+_WATCHDOG = ("[rank{rank}]:[E1202 15:18:{second:02d}.267672062 ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog caught "
+             "collective operation timeout: WorkNCCL(SeqNum={rank}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+             "Timeout(ms)=600000) ran for 600020 milliseconds before timing out.")
+_XID = "Dec 02 15:18:{second:02d} node001 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."
+
+
+def _job_output_and_journal(root, newline: str = "\n", compress: bool = False) -> tuple[list[str], list[str]]:
+    """A job output with watchdog lines (one event each: another sequence number) among progress lines, and a node's journal with
+    Xid lines: the lines the events must show."""
+    output = [_WATCHDOG.format(rank=n, second=n % 60) if n % 50 == 7 else f"step {n} loss 1.{n:04d}"
+              for n in range(3000)]
+    journal = [_XID.format(second=n % 60) if n % 300 == 1 else f"Dec 02 15:18:{n % 60:02d} node001 systemd[1]: tick {n}"
+               for n in range(3000)]
+    (root / "node001").mkdir(parents=True)
+    for rel, lines in (("slurm-1.out", output), ("node001/journal.txt", journal)):
+        content = (newline.join(lines) + newline).encode()
+        if compress:
+            (root / (rel + ".gz")).write_bytes(gzip.compress(content))
+        else:
+            (root / rel).write_bytes(content)
+    return [line for line in output if "Watchdog" in line], [line for line in journal if "Xid" in line]
+
+
+@pytest.mark.parametrize("held, small_file, newline, compress, read_again", [
+    (True, 1 << 30, "\n", False, True),  # held in memory: the line is read from the data held
+    (False, 1 << 30, "\n", False, True),  # read whole again when analysed (past HELD_TOTAL): from the file
+    (False, 1024, "\n", False, True),  # streamed window by window: from the file
+    (False, 1024, "\r\n", False, False),  # CRLF normalised: the text is kept
+    (False, 1024, "\n", True, False),  # gzip: the text is kept
+])
+def test_events_show_their_lines_read_again_from_where_the_file_holds_them(
+        tmp_path, monkeypatch, held, small_file, newline, compress, read_again):
+    """An event keeps where its line is instead of its text when the line can be read again as it
+    was (most lines are never shown: 40 MB of a 4,096-node job's memory), and shows the same text."""
+    from slurm_attrib.ingest import layout
+
+    watchdogs, xids = _job_output_and_journal(tmp_path / "job", newline, compress)
+    monkeypatch.setattr(readers, "SMALL_FILE", small_file)
+    monkeypatch.setattr(readers, "WINDOW_BLOCK", 16 * 1024)
+    monkeypatch.setattr(layout, "HELD_TOTAL", 1 << 30 if held else 0)
+    evidence = load_evidence(tmp_path / "job")
+    events = scan_evidence(evidence, _scanner(())).events
+    shown = {rule: [e.text for e in events if e.rule_id == rule] for rule in ("torch.watchdog_timeout", "gpu.xid")}
+    assert shown == {"torch.watchdog_timeout": watchdogs, "gpu.xid": xids}
+    kept = [isinstance(e.line_text, str) for e in events if e.rule_id in shown]
+    assert kept == [not read_again] * len(kept)
+
+
+def test_a_line_that_cannot_be_read_again_says_so(tmp_path, monkeypatch):
+    from slurm_attrib.ingest import layout
+
+    _job_output_and_journal(tmp_path / "job")
+    monkeypatch.setattr(layout, "HELD_TOTAL", 0)
+    evidence = load_evidence(tmp_path / "job")
+    events = scan_evidence(evidence, _scanner(())).events
+    (tmp_path / "job" / "slurm-1.out").unlink()
+    watchdog = next(e for e in events if e.rule_id == "torch.watchdog_timeout")
+    assert watchdog.text.startswith("(the line at byte ") and "slurm-1.out could not be read again" in watchdog.text

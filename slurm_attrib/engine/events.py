@@ -10,7 +10,7 @@ import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from slurm_attrib.engine.counting import (
     COUNT_FROM_BYTES, COUNTED_KINDS, Count, NoiseCounter, arrow_available, member_offsets,
@@ -33,7 +33,7 @@ from slurm_attrib.ingest.timestamps import (
 )
 from slurm_attrib.ingest.types import Evidence, JobContext, SourceFile
 from slurm_attrib.provenance import Provenance, supports_verdict
-from slurm_attrib.ruleset.scanner import Hit, Scanner
+from slurm_attrib.ruleset.scanner import LINE_BYTES, Hit, Scanner, line_text
 from slurm_attrib.ruleset.spec import Rule
 from slurm_attrib.timebounds import sane_time
 
@@ -123,6 +123,18 @@ class FileHead:
     provenance: Provenance
     index: int  # the file's number in the evidence (-1: the job's record): the first part of an event's order
     line_offset: int = 0  # the original's lines before the kept data's first (SourceFile.line_offset)
+    source: SourceFile | None = field(default=None, compare=False, repr=False)  # where a line is read again (Event.text)
+
+    def __reduce__(self):
+        """A worker process's events keep their text (_scan_file): the file stays with the parent."""
+        return FileHead, (self.rel, self.kind, self.provenance, self.index, self.line_offset)
+
+    def text_at(self, where: int) -> str:
+        """The text of the line the file holds at `where` (Window.at), read again as the scan read it."""
+        try:
+            return line_text(self.source.bytes_at(where, LINE_BYTES))
+        except OSError as error:  # the file went away during the analysis
+            return f"(the line at byte {where} of {self.rel} could not be read again: {error.strerror or error})"
 
 
 @dataclass(slots=True)
@@ -136,7 +148,9 @@ class Event:
     strength: int
     file: FileHead
     line: int  # in the original file
-    text: str
+    # the line's text; or where its file holds it (FileHead.text_at): read again when shown, which
+    # most lines never are (the text of a 4,096-node job's 230,000 events took 40 MB)
+    line_text: str | int
     trusted: bool  # provenance.supports_verdict: may support a drain, a fleet strike, `confirmed`
     time: float | None = None  # UNIX seconds, UTC
     time_inherited: bool = False  # taken from a nearby line of the same file
@@ -171,6 +185,15 @@ class Event:
         """Record that a relation changed the event."""
         decided = (*self.decided_by, relation_id)
         self.decided_by = _one_copy(_DECIDED, decided, decided)
+
+    @property
+    def text(self) -> str:
+        text = self.line_text
+        return text if text.__class__ is str else self.file.text_at(text)
+
+    @text.setter
+    def text(self, value: str) -> None:
+        self.line_text = value
 
     @property
     def source(self) -> str:
@@ -272,7 +295,8 @@ def scan_evidence(evidence: Evidence, scanner: Scanner, boot_times: dict[str, fl
     scans: list[_FileScan | None] = [None] * len(files)
     later_minutes: list[list[Event]] = []
     anchored: dict[str, float] = {}
-    for index, scan in _scan_files(evidence, scanner, year, boot_times is None, _scan_order(files)):
+    text_later = "settled" if nodes_files else "now"
+    for index, scan in _scan_files(evidence, scanner, year, boot_times is None, _scan_order(files), text_later):
         scans[index] = scan
         indexes = nodes_files.get(files[index].node)
         if indexes and indexes[-1] == index:  # a node's files are scanned in their order
@@ -328,6 +352,12 @@ def _settle_node(scans: list["_FileScan"], boots: dict[str, float], job: JobCont
         kept = set(map(id, events))
         for scan in scans:
             scan.events = [event for event in scan.events if id(event) in kept]
+    unplaced = any(event.time is None and event.mono is not None for event in events)
+    for scan in scans:
+        if not unplaced:  # the pipeline's anchor_boot_clock reads no text of this node's lines
+            for event, where in scan.text_later:
+                event.line_text = where
+        scan.text_later = []
     return [run for run in runs if any(event.time is None for event in run)]
 
 
@@ -355,14 +385,26 @@ class _FileScan:
     # collapsed events of lines with only a boot-relative time, one per minute (_when), by the rest
     # of their key, in file order: joined once placed on the wall clock (join_minutes)
     minutes: dict[tuple, list[Event]] = field(default_factory=dict)
+    # events of kernel and syslog lines and where their lines are: they keep only that once their
+    # node is settled (_settle_node)
+    text_later: list[tuple[Event, int]] = field(default_factory=list)
+
+
+TextLater = Literal["", "now", "settled"]
 
 
 def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | None, want_boots: bool,
                job: JobContext, counter: NoiseCounter | None = None,
-               shared: _Shared | None = None) -> _FileScan:
+               shared: _Shared | None = None, text_later: TextLater = "") -> _FileScan:
+    """text_later: "" (events keep their lines' text), "now" (events keep where their lines are:
+    FileHead.text_at) or "settled" (so do events of kernel and syslog lines, once their node is
+    settled: anchor_boot_clock reads their text)."""
     clock = FileClock(source, year)
     scan = _FileScan([], {}, NO_TIME)
-    file = FileHead(source.rel, source.kind, source.provenance, index, source.line_offset or 0)
+    file = FileHead(source.rel, source.kind, source.provenance, index, source.line_offset or 0, source)
+    clock_kind = source.kind in CLOCK_KINDS
+    if clock_kind and text_later == "now":
+        text_later = ""
     # per key, [its event, and in this window the offset and stamp of its last line so far (-1: none
     # yet)]: a counted group's last line may lie past later hits
     collapsed: dict[tuple, list] = {}
@@ -399,14 +441,19 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
                 event.repeats += 1
                 _note_last(joined, entry, hit.offset, stamp)
                 if spec.cascade is not None:
-                    _join_cascade(event, hit, origin, source, stamp)
+                    _join_cascade(event, hit, origin, source, stamp, shared)
             else:
                 if shared is not None:
                     hit.fields = shared.fields_of(hit.fields)
                 event = _event_from_hit(hit, source, file, first_line, origin, inherited)
+                if text_later and window.at >= 0 and "\n" not in hit.text:
+                    if clock_kind:
+                        scan.text_later.append((event, window.at + hit.offset))
+                    else:
+                        event.line_text = window.at + hit.offset
                 event.time, event.mono = _stated(stamp)
-                if shared is not None and event.host is not None:
-                    event.host = shared.value(event.host)
+                if shared is not None:
+                    event.host, event.rank, event.task = map(shared.value, (event.host, event.rank, event.task))
                 scan.events.append(event)
                 if key is not None:
                     entry = collapsed[key] = [event, -1, NO_TIME]
@@ -415,7 +462,7 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
                         scan.minutes.setdefault(key[:5] + key[6:], []).append(event)
                     if spec.cascade is not None:
                         event.ranks = {}
-                        _join_cascade(event, hit, origin, source, stamp)
+                        _join_cascade(event, hit, origin, source, stamp, shared)
             if item.__class__ is _Counted and item.lines > 1:  # the group's other lines join it (a key: it collapses)
                 event.repeats += item.lines - 1
                 _note_last(joined, entry, item.last, item.last_stamp)
@@ -444,7 +491,7 @@ _FORKED: tuple | None = None  # what forked workers scan: (files, scanner, year,
 
 
 def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boots: bool,
-                order: list[int]) -> Iterator[tuple[int, _FileScan]]:
+                order: list[int], text_later: TextLater) -> Iterator[tuple[int, _FileScan]]:
     """Per file, its number and its scan, the files in `order`: the same whether workers scanned
     it or this process (which gives each as soon as it is read)."""
     workers = _worker_count(evidence)
@@ -459,7 +506,7 @@ def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boo
         if counter is not None:
             counter.prepare(evidence.files, order, position)  # small files: counted many to one batch
         yield index, _scan_file(index, evidence.files[index], scanner, year, want_boots, evidence.job, counter,
-                                shared)
+                                shared, text_later)
 
 
 @dataclass
@@ -737,7 +784,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, file: FileHead, first_line: st
         strength=hit.strength,
         file=file,
         line=source.original_line(hit.lineno),
-        text=hit.text,
+        line_text=hit.text,
         trusted=supports_verdict(source.provenance, kernel_side and source.kind in LOG_KINDS, filed_under,
                                  source.root_senders),
         time_inherited=inherited,
@@ -796,7 +843,8 @@ def _when(stamp: LineTime, job: JobContext) -> tuple:
     return ("mono", None if stamp.mono is None else stamp.mono // COLLAPSE_MONO_SPAN)
 
 
-def _join_cascade(event: Event, hit: Hit, origin: Origin, source: SourceFile, stamp: LineTime) -> None:
+def _join_cascade(event: Event, hit: Hit, origin: Origin, source: SourceFile, stamp: LineTime,
+                  shared: _Shared | None) -> None:
     """Count the hit's line under its rank in the cascade's event (hits come in file order: a
     rank's first line is its first hit).  A line that names no task or host (a host field is in
     the key: schema) may come from any node: its rank keeps its lines' count and its first line,
@@ -809,6 +857,8 @@ def _join_cascade(event: Event, hit: Hit, origin: Origin, source: SourceFile, st
     if share is not None:
         share.lines += 1
     elif rank not in event.ranks:
+        if shared is not None:
+            rank = shared.value(rank)  # the same ranks in every cascade of the job (290,000 ints at 4,096 nodes)
         placed = origin.task is not None or bool(origin.host or hit.fields.get("host") or hit.fields.get("node"))
         event.ranks[rank] = None if placed else RankShare(
             hit.lineno, source.original_line(hit.lineno), *_stated(stamp), hit.text)

@@ -50,7 +50,7 @@ def job_state_events(evidence: Evidence) -> list[Event]:
             strength=entry["strength"],
             file=FileHead(source, "job", job.provenance, index=-1),
             line=_line_of(evidence, source, '"state"'),
-            text=f"state: {job.state}",
+            line_text=f"state: {job.state}",
             trusted=supports_verdict(job.provenance, reads_kernel=False),
             time=job.end if entry["dated"] == "job_end" else None,
         )

@@ -415,10 +415,20 @@ class Window:
     end: int
     offset: int  # offset of data[0] in the file's (normalised) content
     last: bool
+    at: int = -1  # offset of data[0] in the file itself when data are its own bytes (plain, no CR removed)
 
 
-def whole_window(data: bytes) -> Window:
-    return Window(data, 0, len(data), 0, True)
+def whole_window(data: bytes, at: int = -1) -> Window:
+    return Window(data, 0, len(data), 0, True, at)
+
+
+def read_at(path: Path | str, position: int, size: int) -> bytes:
+    """At most `size` bytes of a plain file from `position` (a line read again: Window.at)."""
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        return os.pread(fd, size, position)
+    finally:
+        os.close(fd)
 
 
 def iter_windows(path: Path | str, start: int, size: int, block: int | None = None, compressed: bool = False):
@@ -452,13 +462,15 @@ def _windows(reader, start: int, size: int, block: int):
         last = context + end >= stop
         next_body, next_context = context + end, context + _before_start(data, end)
         offset = context - start - crlf_before_body
+        at = context if isinstance(reader, _FileReader) else -1
         if data.find(b"\r") >= 0:
+            at = -1
             crlf_head, crlf_body = data.count(b"\r\n", 0, begin), data.count(b"\r\n", begin, end)
             offset += crlf_head
             crlf_before_body += crlf_body
             data = data.replace(b"\r\n", b"\n")
             begin, end = begin - crlf_head, end - crlf_head - crlf_body
-        yield Window(data, begin, end, offset, last)
+        yield Window(data, begin, end, offset, last, at)
         del data
         body, context = next_body, next_context
 

@@ -79,13 +79,29 @@ class SourceFile:
             yield bytes(window.data[window.begin:window.end])
 
     def windows(self):
-        """The content as readers.Window objects: one window when held in memory."""
+        """The content as readers.Window objects: one window when held in memory or read whole.
+        A window's `at` says where its bytes lie for bytes_at (-1: nowhere they can be read again
+        as they are: decompressed, or CRLF normalised)."""
         from slurm_attrib.ingest import readers
 
-        if self.path is None or self.start < 0:
-            yield readers.whole_window(next(self.blocks()))
-            return
-        yield from readers.iter_windows(self.path, self.start, self.size, compressed=self.compressed)
+        if self.path is None:
+            yield readers.whole_window(self.__dict__.get("_data", b""), 0)
+        elif self.start < 0:
+            result = readers.read_file(self.path, self.cap)
+            data = readers.normalise_crlf(result.data)
+            as_is = result.status == "ok" and not result.compressed and data is result.data
+            yield readers.whole_window(data, 0 if as_is else -1)
+        else:
+            yield from readers.iter_windows(self.path, self.start, self.size, compressed=self.compressed)
+
+    def bytes_at(self, where: int, size: int) -> bytes:
+        """At most `size` bytes from `where`, a position a window's `at` gave: in the data held,
+        else in the file (read again: a line an event shows, Event.text)."""
+        from slurm_attrib.ingest import readers
+
+        if self.path is None:
+            return self.__dict__.get("_data", b"")[where:where + size]
+        return readers.read_at(self.path, where, size)
 
     def read_all(self) -> bytes:
         """The whole content (reads a streamed file whole: avoid for large files)."""

@@ -724,11 +724,19 @@ def _line_at(data: bytes, start: int) -> tuple[str, bytes]:
     return text, text.encode()
 
 
+LINE_BYTES = MAX_LINE_CHARS * 4  # a line's bytes read at most (its text is cut at MAX_LINE_CHARS)
+
+
 def _raw_line(data: bytes, start: int) -> bytes:
     end = data.find(b"\n", start)
     if end < 0:
         end = len(data)
-    return data[start : min(end, start + MAX_LINE_CHARS * 4)]
+    return data[start : min(end, start + LINE_BYTES)]
+
+
+def line_text(data: bytes) -> str:
+    """The text of the line data begins with, as a hit's text (Hit.text) of that line reads."""
+    return _line_at(data, 0)[0]
 
 
 # Terminal colour and cursor codes (ECMA-48 control sequences and two-byte escapes), which tools
