@@ -158,8 +158,8 @@ def test_workers_scan_what_this_process_scans(tmp_path, monkeypatch):
     scanner, year = _scanner(()), evidence_year(evidence)
     here = [events_module._scan_file(i, f, scanner, year, True, evidence.job) for i, f in enumerate(evidence.files)]
     assert sum(len(s.events) for s in here) == 4
-    assert _summary(events_module._scan_in_workers(evidence, scanner, year, True, 2)) == _summary(here)
-    assert _summary(events_module._scan_in_workers(evidence, scanner, year, True, 3)) == _summary(here)
+    assert _summary(events_module._scan_in_workers(evidence, scanner, year, True, 2, "")) == _summary(here)
+    assert _summary(events_module._scan_in_workers(evidence, scanner, year, True, 3, "")) == _summary(here)
 
 
 def test_the_diagnosis_does_not_depend_on_the_number_of_workers(tmp_path):
@@ -314,3 +314,22 @@ def test_a_line_that_cannot_be_read_again_says_so(tmp_path, monkeypatch):
     (tmp_path / "job" / "slurm-1.out").unlink()
     watchdog = next(e for e in events if e.rule_id == "torch.watchdog_timeout")
     assert watchdog.text.startswith("(the line at byte ") and "slurm-1.out could not be read again" in watchdog.text
+
+
+def test_workers_events_show_the_lines_their_files_hold(tmp_path, monkeypatch):
+    """A worker's events keep where their lines are, not their text, and show the same text here."""
+    from slurm_attrib.engine import events as events_module
+
+    watchdogs, xids = _job_output_and_journal(tmp_path / "job")
+    monkeypatch.setattr(readers, "SMALL_FILE", 1024)
+    monkeypatch.setattr(readers, "WINDOW_BLOCK", 16 * 1024)
+    monkeypatch.setenv("SATTRIB_SCAN_WORKERS", "2")
+    scanned_in_workers = []
+    in_workers = events_module._scan_in_workers
+    monkeypatch.setattr(events_module, "_scan_in_workers",
+                        lambda *args: scanned_in_workers.append(in_workers(*args)) or scanned_in_workers[-1])
+    events = scan_evidence(load_evidence(tmp_path / "job"), _scanner(())).events
+    assert scanned_in_workers and scanned_in_workers[0] is not None
+    shown = [e for e in events if e.rule_id in ("torch.watchdog_timeout", "gpu.xid")]
+    assert [e.text for e in shown] == xids + watchdogs  # in file order: node001/ sorts first
+    assert all(isinstance(e.line_text, int) for e in shown)

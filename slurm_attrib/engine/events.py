@@ -126,7 +126,7 @@ class FileHead:
     source: SourceFile | None = field(default=None, compare=False, repr=False)  # where a line is read again (Event.text)
 
     def __reduce__(self):
-        """A worker process's events keep their text (_scan_file): the file stays with the parent."""
+        """Without the file: a worker process's events get it back in the parent (_with_its_file)."""
         return FileHead, (self.rel, self.kind, self.provenance, self.index, self.line_offset)
 
     def text_at(self, where: int) -> str:
@@ -481,13 +481,15 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
 # Worker processes (forked from this one, inheriting the compiled rule pack) scan a job's files
 # only when SATTRIB_SCAN_WORKERS asks for more than one.  They do not pay by default: every event
 # is pickled back to this process, which then holds the workers' copies apart (what the scan
-# shares, _Shared, is shared within a worker only).  On the realistic corpora (benchmarks/
-# realistic.py, the twenty-third session) two workers took 0.70x the wall time for 1.09x the CPU
-# and twice the peak memory of one process at 4,096 nodes (25.7 s, 38.8 s, 642 MB against 36.8 s,
-# 35.7 s, 320 MB), and on 32,768 ranks in one job output 1.3x the CPU for 0.93x the wall.
+# shares, _Shared, is shared within a worker only; their lines' text stays in the files, as here).
+# On the realistic corpora (benchmarks/realistic.py, the twenty-fourth session) two workers took
+# 0.83x the wall time for 1.22x the CPU and 2.4x the peak memory of one process at 4,096 nodes
+# (25.1 s, 37.0 s, 611 MB against 30.3 s, 30.2 s, 251 MB), 0.83x the wall for 1.19x the CPU on
+# 1,024 nodes' NCCL INFO output, and 0.77x the wall for 1.09x the CPU on 32,768 ranks in one job
+# output.
 MAX_WORKERS = 4
 WORKERS_VARIABLE = "SATTRIB_SCAN_WORKERS"  # a number; unset, empty or 1 scans in this process only
-_FORKED: tuple | None = None  # what forked workers scan: (files, scanner, year, want_boots, job)
+_FORKED: tuple | None = None  # what forked workers scan: (files, scanner, year, want_boots, job, text_later)
 
 
 def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boots: bool,
@@ -496,9 +498,9 @@ def _scan_files(evidence: Evidence, scanner: Scanner, year: int | None, want_boo
     it or this process (which gives each as soon as it is read)."""
     workers = _worker_count(evidence)
     if workers > 1:
-        scans = _scan_in_workers(evidence, scanner, year, want_boots, workers)
+        scans = _scan_in_workers(evidence, scanner, year, want_boots, workers, text_later)
         if scans is not None:
-            yield from ((index, scans[index]) for index in order)
+            yield from ((index, _with_its_file(scans[index], evidence.files[index])) for index in order)
             return
     counter = _counter(evidence, scanner, year)
     shared = _Shared()
@@ -556,7 +558,7 @@ def _worker_count(evidence: Evidence) -> int:
 
 
 def _scan_in_workers(evidence: Evidence, scanner: Scanner, year: int | None, want_boots: bool,
-                     workers: int) -> list[_FileScan] | None:
+                     workers: int, text_later: TextLater) -> list[_FileScan] | None:
     """None when a worker could not start or died (the caller scans in this process instead)."""
     # Imported here: most jobs are small and never start a worker.
     import multiprocessing
@@ -571,7 +573,7 @@ def _scan_in_workers(evidence: Evidence, scanner: Scanner, year: int | None, wan
         lightest = loads.index(min(loads))  # largest file first, to the least loaded worker
         shares[lightest].append(index)
         loads[lightest] += evidence.files[index].content_size()
-    _FORKED = (evidence.files, scanner, year, want_boots, evidence.job)
+    _FORKED = (evidence.files, scanner, year, want_boots, evidence.job, text_later)
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
             done = dict(pair for share in pool.map(_scan_share, shares) for pair in share)
@@ -583,8 +585,19 @@ def _scan_in_workers(evidence: Evidence, scanner: Scanner, year: int | None, wan
 
 
 def _scan_share(indexes: list[int]) -> list[tuple[int, _FileScan]]:
-    files, scanner, year, want_boots, job = _FORKED
-    return [(i, _scan_file(i, files[i], scanner, year, want_boots, job)) for i in indexes]
+    files, scanner, year, want_boots, job, text_later = _FORKED
+    return [(i, _scan_file(i, files[i], scanner, year, want_boots, job, text_later=text_later)) for i in indexes]
+
+
+def _with_its_file(scan: _FileScan, source: SourceFile) -> _FileScan:
+    """A worker's scan of `source` with its events' FileHead holding the file again (it pickles
+    without it), for the lines they show to be read again here."""
+    if scan.events:
+        head = scan.events[0].file
+        here = FileHead(head.rel, head.kind, head.provenance, head.index, head.line_offset, source)
+        for event in scan.events:
+            event.file = here
+    return scan
 
 
 def _offset_of(item: Hit | _Counted) -> int:
