@@ -73,16 +73,16 @@ def after_in_same_file(event: Event, context: JudgeContext, types: list[str],
     return f"after line {end}"
 
 
-def _lines_of(context: JudgeContext, types: list[str]) -> dict[int, list[int]]:
-    """Per file (index), the lines of the events of these types, in order."""
+def _lines_of(context: JudgeContext, types: list[str], rules: list[str] | None = None) -> dict[int, list[int]]:
+    """Per file (index), the lines of the events of these types or rules, in order."""
     def compute() -> dict[int, list[int]]:
         found: dict[int, list[int]] = defaultdict(list)
         for event in context.events:
-            if event.type in types:
+            if event.type in types or (rules and event.rule_id in rules):
                 found[event.order[0]].append(event.order[1])
         return {index: sorted(lines) for index, lines in found.items()}
 
-    return context.once(("lines_of", tuple(types)), compute)
+    return context.once(("lines_of", tuple(types), tuple(rules or ())), compute)
 
 
 def before_in_same_file(event: Event, context: JudgeContext, types: list[str]) -> str | None:
@@ -90,6 +90,25 @@ def before_in_same_file(event: Event, context: JudgeContext, types: list[str]) -
     that line (a progress line a logger files under ERROR carries its own error word)."""
     lines = _lines_of(context, types).get(event.order[0])
     return f"before line {lines[-1]}" if lines and event.order[1] <= lines[-1] else None
+
+
+def before_a_quiet_end(event: Event, context: JudgeContext, rules: list[str]) -> str | None:
+    """The event's line comes before the last line of one of `rules` in the same file (where the
+    run said it ended), and nothing after that line fails (a cause, a symptom, a traceback): the
+    processes' output interleaves, so one worker's failure may print around another's end."""
+    file, line = event.order
+    ends = _lines_of(context, [], rules).get(file)
+    if not ends or line > ends[-1]:
+        return None
+    def compute() -> dict[int, int]:
+        last: dict[int, int] = {}
+        for other in context.events:
+            if other.role in ("cause", "symptom") or other.type == "traceback":
+                last[other.order[0]] = max(last.get(other.order[0], 0), other.order[1])
+        return last
+
+    failing = context.once(("last_failing_line",), compute).get(file, 0)
+    return f"before line {ends[-1]}, where the run ended" if failing <= ends[-1] else None
 
 
 def closes_a_block_of(event: Event, context: JudgeContext, types: list[str], lines: int,
@@ -226,6 +245,7 @@ SUPPRESS_CHECKS: dict[str, Callable[..., str | None]] = {"outside_job_window": o
                                                          "noted_on_its_node": noted_on_its_node,
                                                          "after_in_same_file": after_in_same_file,
                                                          "before_in_same_file": before_in_same_file,
+                                                         "before_a_quiet_end": before_a_quiet_end,
                                                          "closes_a_block_of": closes_a_block_of,
                                                          "not_in_own_kernel_log": not_in_own_kernel_log,
                                                          "job_state_disagrees": job_state_disagrees}
