@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from slurm_attrib.engine.correlate import EXPLAIN_HORIZON, HANG_TYPES, INHERITED_SKEW, SKEW, explains
-from slurm_attrib.engine.events import Event, ranks_of
+from slurm_attrib.engine.events import Event, is_failed_task, ranks_of
 from slurm_attrib.engine.jobwindow import BEFORE, INSIDE, WINDOW_SLACK_AFTER, WINDOW_SLACK_BEFORE, window_side
 from slurm_attrib.engine.reconcile import SIGTERM, agreeing_states, exit_signal, job_state
 from slurm_attrib.ingest.types import Evidence, JobContext
@@ -111,6 +111,18 @@ def before_a_quiet_end(event: Event, context: JudgeContext, rules: list[str], fa
 
     failing = context.once(("last_failing_line",), compute).get(file, 0)
     return f"before line {ends[-1]}, where the run ended" if failing <= ends[-1] else None
+
+
+def no_failed_task_on_its_node(event: Event, context: JudgeContext) -> str | None:
+    """srun reports the job's failed tasks (is_failed_task), on nodes it names, and none on the
+    event's node: what happened there did not end a task."""
+    def compute() -> frozenset[str]:
+        return frozenset(e.node for e in context.events if is_failed_task(e) and e.node)
+
+    failed_on = context.once(("nodes_of_failed_tasks",), compute)
+    if not failed_on or event.node is None or event.node in failed_on:
+        return None
+    return f"srun reports the failed tasks on {', '.join(sorted(failed_on))}, none on {event.node}"
 
 
 def closes_a_block_of(event: Event, context: JudgeContext, types: list[str], lines: int,
@@ -248,6 +260,7 @@ SUPPRESS_CHECKS: dict[str, Callable[..., str | None]] = {"outside_job_window": o
                                                          "after_in_same_file": after_in_same_file,
                                                          "before_in_same_file": before_in_same_file,
                                                          "before_a_quiet_end": before_a_quiet_end,
+                                                         "no_failed_task_on_its_node": no_failed_task_on_its_node,
                                                          "closes_a_block_of": closes_a_block_of,
                                                          "not_in_own_kernel_log": not_in_own_kernel_log,
                                                          "job_state_disagrees": job_state_disagrees}
