@@ -991,7 +991,7 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             event.node = _of_the_job(matched[event.host], job_nodes, event)
     rank_to_node: dict[int, str] = {}
     task_to_node: dict[int, str] = {}
-    for event in sorted((e for e in events if e.node and (_ranked(e) or e.task is not None)), key=lambda e: e.order):
+    for event in sorted((e for e in events if e.node and (has_ranks(e) or e.task is not None)), key=lambda e: e.order):
         if event.host:
             for rank in ranks_of(event):
                 rank_to_node.setdefault(rank, event.node)
@@ -1021,7 +1021,7 @@ def resolve_nodes(events: list[Event], job: JobContext, ip_hosts: dict[str, str]
             event.note("peer_node", peer)
 
 
-def _ranked(event: Event) -> bool:
+def has_ranks(event: Event) -> bool:
     """Whether the event stands for some rank's lines (ranks_of is not empty)."""
     return bool(event.ranks) or event.rank is not None
 

@@ -10,7 +10,7 @@ from typing import Callable
 
 from slurm_attrib.engine import correlate
 from slurm_attrib.engine.checks import stalled_progress
-from slurm_attrib.engine.events import Event, ranks_of
+from slurm_attrib.engine.events import Event, has_ranks, ranks_of
 from slurm_attrib.engine.timefmt import iso
 from slurm_attrib.ingest.hangdumps import HangFinding, hang_finding
 from slurm_attrib.ingest.types import Evidence
@@ -40,7 +40,7 @@ class OutcomeContext:
 
 def _rank_nodes(events: list[Event]) -> dict[int, str]:
     ranks: dict[int, str] = {}
-    for event in sorted((e for e in events if e.node and (e.ranks or e.rank is not None)), key=lambda e: e.order):
+    for event in sorted((e for e in events if e.node and has_ranks(e)), key=lambda e: e.order):
         for rank in ranks_of(event):
             ranks.setdefault(rank, event.node)
     return ranks
