@@ -304,16 +304,30 @@ def test_events_show_their_lines_read_again_from_where_the_file_holds_them(
     assert kept == [not read_again] * len(kept)
 
 
-def test_a_line_that_cannot_be_read_again_says_so(tmp_path, monkeypatch):
+@pytest.mark.parametrize("change, why", [
+    ("remove", "No such file or directory"),
+    ("rotate", "another file is there now"),  # logrotate: renamed away, a new file in its place
+    ("truncate", "the file is shorter now"),
+])
+def test_a_line_that_cannot_be_read_again_says_so(tmp_path, monkeypatch, change, why):
     from slurm_attrib.ingest import layout
 
     _job_output_and_journal(tmp_path / "job")
     monkeypatch.setattr(layout, "HELD_TOTAL", 0)
     evidence = load_evidence(tmp_path / "job")
     events = scan_evidence(evidence, _scanner(())).events
-    (tmp_path / "job" / "slurm-1.out").unlink()
-    watchdog = next(e for e in events if e.rule_id == "torch.watchdog_timeout")
-    assert watchdog.text.startswith("(the line at byte ") and "slurm-1.out could not be read again" in watchdog.text
+    output = tmp_path / "job" / "slurm-1.out"
+    if change == "remove":
+        output.unlink()
+    elif change == "rotate":
+        content = output.read_bytes()
+        output.rename(tmp_path / "job" / "slurm-1.out.1")
+        output.write_bytes(content.replace(b"Watchdog", b"Watchd0g"))  # the same size, other words
+    else:
+        output.write_bytes(b"")
+    watchdog = [e for e in events if e.rule_id == "torch.watchdog_timeout"][-1]
+    assert watchdog.text.startswith("(the line at byte ")
+    assert f"slurm-1.out could not be read again: {why})" in watchdog.text
 
 
 def test_workers_events_show_the_lines_their_files_hold(tmp_path, monkeypatch):

@@ -124,17 +124,21 @@ class FileHead:
     index: int  # the file's number in the evidence (-1: the job's record): the first part of an event's order
     line_offset: int = 0  # the original's lines before the kept data's first (SourceFile.line_offset)
     source: SourceFile | None = field(default=None, compare=False, repr=False)  # where a line is read again (Event.text)
+    identity: int | None = field(default=None, compare=False, repr=False)  # the file's when scanned (SourceFile.identity)
 
     def __reduce__(self):
         """Without the file: a worker process's events get it back in the parent (_with_its_file)."""
-        return FileHead, (self.rel, self.kind, self.provenance, self.index, self.line_offset)
+        return FileHead, (self.rel, self.kind, self.provenance, self.index, self.line_offset, None, self.identity)
 
     def text_at(self, where: int) -> str:
         """The text of the line the file holds at `where` (Window.at), read again as the scan read it."""
         try:
-            return line_text(self.source.bytes_at(where, LINE_BYTES))
-        except OSError as error:  # the file went away during the analysis
-            return f"(the line at byte {where} of {self.rel} could not be read again: {error.strerror or error})"
+            data = self.source.bytes_at(where, LINE_BYTES, self.identity)
+        except OSError as error:  # the file went away or was replaced (a log rotated) during the analysis
+            data, why = b"", error.strerror or str(error)
+        else:
+            why = "the file is shorter now"
+        return line_text(data) if data else f"(the line at byte {where} of {self.rel} could not be read again: {why})"
 
 
 @dataclass(slots=True)
@@ -401,7 +405,8 @@ def _scan_file(index: int, source: SourceFile, scanner: Scanner, year: int | Non
     settled: anchor_boot_clock reads their text)."""
     clock = FileClock(source, year)
     scan = _FileScan([], {}, NO_TIME)
-    file = FileHead(source.rel, source.kind, source.provenance, index, source.line_offset or 0, source)
+    file = FileHead(source.rel, source.kind, source.provenance, index, source.line_offset or 0, source,
+                    source.identity())
     clock_kind = source.kind in CLOCK_KINDS
     if clock_kind and text_later == "now":
         text_later = ""
@@ -594,7 +599,7 @@ def _with_its_file(scan: _FileScan, source: SourceFile) -> _FileScan:
     without it), for the lines they show to be read again here."""
     if scan.events:
         head = scan.events[0].file
-        here = FileHead(head.rel, head.kind, head.provenance, head.index, head.line_offset, source)
+        here = FileHead(head.rel, head.kind, head.provenance, head.index, head.line_offset, source, head.identity)
         for event in scan.events:
             event.file = here
     return scan

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,14 +95,26 @@ class SourceFile:
         else:
             yield from readers.iter_windows(self.path, self.start, self.size, compressed=self.compressed)
 
-    def bytes_at(self, where: int, size: int) -> bytes:
+    def bytes_at(self, where: int, size: int, identity: int | None = None) -> bytes:
         """At most `size` bytes from `where`, a position a window's `at` gave: in the data held,
-        else in the file (read again: a line an event shows, Event.text)."""
+        else in the file (read again: a line an event shows, Event.text), when it is still the
+        file of that `identity` (identity())."""
         from slurm_attrib.ingest import readers
 
         if self.path is None:
             return self.__dict__.get("_data", b"")[where:where + size]
-        return readers.read_at(self.path, where, size)
+        return readers.read_at(self.path, where, size, identity)
+
+    def identity(self) -> int | None:
+        """The file's device and inode now (readers.file_identity; None: held in memory, or gone)."""
+        from slurm_attrib.ingest import readers
+
+        if self.path is None:
+            return None
+        try:
+            return readers.file_identity(os.stat(self.path, follow_symlinks=False))
+        except OSError:
+            return None
 
     def read_all(self) -> bytes:
         """The whole content (reads a streamed file whole: avoid for large files)."""
