@@ -94,13 +94,13 @@ def before_in_same_file(event: Event, context: JudgeContext, types: list[str]) -
 
 def before_a_quiet_end(event: Event, context: JudgeContext, rules: list[str], failed: list[str]) -> str | None:
     """The event's line comes before the last line of one of `rules` in the same file (where the
-    run said it ended), nothing after that line fails (a cause, a symptom, a traceback: the
+    run said it ended; not on it: a line may carry what came after), nothing after that line fails (a cause, a symptom, a traceback: the
     processes' output interleaves, so one worker's failure may print around another's end), and
     no line of the `failed` types anywhere in the file says a task failed (srun's report of a
     task's exit: independent tasks end apart, and one's end says nothing of another)."""
     file, line = event.order
     ends = _lines_of(context, [], rules).get(file)
-    if not ends or line > ends[-1] or _lines_of(context, failed).get(file):
+    if not ends or line >= ends[-1] or _lines_of(context, failed).get(file):
         return None
     def compute() -> dict[int, int]:
         last: dict[int, int] = {}
