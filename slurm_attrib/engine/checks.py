@@ -92,15 +92,15 @@ def before_in_same_file(event: Event, context: JudgeContext, types: list[str]) -
     return f"before line {lines[-1]}" if lines and event.order[1] <= lines[-1] else None
 
 
-def before_a_quiet_end(event: Event, context: JudgeContext, rules: list[str], failed: list[str]) -> str | None:
+def before_a_quiet_end(event: Event, context: JudgeContext, rules: list[str]) -> str | None:
     """The event's line comes before the last line of one of `rules` in the same file (where the
-    run said it ended; not on it: a line may carry what came after), nothing after that line fails (a cause, a symptom, a traceback: the
-    processes' output interleaves, so one worker's failure may print around another's end), and
-    no line of the `failed` types anywhere in the file says a task failed (srun's report of a
-    task's exit: independent tasks end apart, and one's end says nothing of another)."""
+    run said it ended; not on it: a line may carry what came after), nothing after that line fails
+    (a cause, a symptom, a traceback: the processes' output interleaves, so one worker's failure
+    may print around another's end), and srun reports no failed task in the file (independent
+    tasks end apart: one's end says nothing of another's)."""
     file, line = event.order
     ends = _lines_of(context, [], rules).get(file)
-    if not ends or line >= ends[-1] or _lines_of(context, failed).get(file):
+    if not ends or line >= ends[-1] or any(report.order[0] == file for report in _failed_tasks(context)):
         return None
     def compute() -> dict[int, int]:
         last: dict[int, int] = {}
@@ -113,13 +113,15 @@ def before_a_quiet_end(event: Event, context: JudgeContext, rules: list[str], fa
     return f"before line {ends[-1]}, where the run ended" if failing <= ends[-1] else None
 
 
-def no_failed_task_on_its_node(event: Event, context: JudgeContext) -> str | None:
-    """srun reports the job's failed tasks (is_failed_task), on nodes it names, and none on the
-    event's node: what happened there did not end a task."""
-    def compute() -> frozenset[str]:
-        return frozenset(e.node for e in context.events if is_failed_task(e) and e.node)
+def _failed_tasks(context: JudgeContext) -> list[Event]:
+    """srun's reports of the job's tasks that failed (events.is_failed_task)."""
+    return context.once(("failed_tasks",), lambda: [e for e in context.events if is_failed_task(e)])
 
-    failed_on = context.once(("nodes_of_failed_tasks",), compute)
+
+def no_failed_task_on_its_node(event: Event, context: JudgeContext) -> str | None:
+    """srun reports the job's failed tasks, on nodes it names, and none on the event's node: what
+    happened there did not end a task."""
+    failed_on = {report.node for report in _failed_tasks(context) if report.node}
     if not failed_on or event.node is None or event.node in failed_on:
         return None
     return f"srun reports the failed tasks on {', '.join(sorted(failed_on))}, none on {event.node}"

@@ -9,7 +9,7 @@ import re
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from slurm_attrib.engine.counting import (
@@ -598,8 +598,7 @@ def _with_its_file(scan: _FileScan, source: SourceFile) -> _FileScan:
     """A worker's scan of `source` with its events' FileHead holding the file again (it pickles
     without it), for the lines they show to be read again here."""
     if scan.events:
-        head = scan.events[0].file
-        here = FileHead(head.rel, head.kind, head.provenance, head.index, head.line_offset, source, head.identity)
+        here = replace(scan.events[0].file, source=source)
         for event in scan.events:
             event.file = here
     return scan
@@ -776,13 +775,11 @@ _HEADS: dict[int, tuple[Rule, EventHead]] = {}  # by id(rule), the rule kept so 
 
 def _head_of(rule: Rule) -> EventHead:
     known = _HEADS.get(id(rule))
-    if known is None:
-        if len(_HEADS) >= 65536:
-            _HEADS.clear()  # rule packs loaded again and again (a service's reloads): start over
+    if known is None:  # bounded (_one_copy): rule packs loaded again and again, a service's reloads
         event = rule.event
         head = EventHead(rule.title, event.type, "kernel" in rule.sources, rule.match.contains, event.fallback,
                          event.onset, event.reports_on, event.vendor)
-        known = _HEADS[id(rule)] = (rule, head)
+        known = _one_copy(_HEADS, id(rule), (rule, head))
     return known[1]
 
 
@@ -790,11 +787,11 @@ def _event_from_hit(hit: Hit, source: SourceFile, file: FileHead, first_line: st
                     inherited: bool) -> Event:
     """The event of one hit, not yet placed in time (see scan_evidence): its line's first line,
     origin (line_origin) and whether its time is inherited are read once per line by _scan_file."""
-    kernel_side = "kernel" in hit.rule.sources
+    head = _head_of(hit.rule)
     filed_under = _filed_under(origin, first_line, source)
     event = Event(
         rule_id=hit.rule.id,
-        head=_head_of(hit.rule),
+        head=head,
         domain=hit.domain,
         category=hit.category,
         role=hit.role,
@@ -803,7 +800,7 @@ def _event_from_hit(hit: Hit, source: SourceFile, file: FileHead, first_line: st
         file=file,
         line=source.original_line(hit.lineno),
         line_text=hit.text,
-        trusted=supports_verdict(source.provenance, kernel_side and source.kind in LOG_KINDS, filed_under,
+        trusted=supports_verdict(source.provenance, head.kernel_side and source.kind in LOG_KINDS, filed_under,
                                  source.root_senders),
         time_inherited=inherited,
         fields=hit.fields,

@@ -100,17 +100,8 @@ def _frac(text: str | None) -> float:
     return float("0." + text) if text else 0.0
 
 
+@lru_cache(maxsize=4096)  # a log's stamps name one or two zones
 def _zone_offset(zone: str | None) -> int:
-    offset = _ZONE_OFFSETS.get(zone)
-    if offset is None:
-        offset = _ZONE_OFFSETS[zone] = _read_zone_offset(zone)  # at most a few thousand zones exist
-    return offset
-
-
-_ZONE_OFFSETS: dict[str | None, int] = {}
-
-
-def _read_zone_offset(zone: str | None) -> int:
     if not zone or zone == "Z":
         return 0
     sign = -1 if zone[0] == "-" else 1
